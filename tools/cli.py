@@ -1,0 +1,44 @@
+"""Subcommand dispatch. Each subcommand module exposes ``register(subparsers)``; the parser it adds
+sets ``func`` to a callable taking the parsed args and returning an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tools.common import PatchsetError
+
+# module name -> imported lazily so one broken subcommand never hides the others
+SUBCOMMAND_MODULES = [
+    "tools.bases",  # bases: fetch wheels, build pristine git trees
+    "tools.series",  # generate, check
+    "tools.apply",  # apply onto a PyTorch checkout
+    "tools.install",  # install, uninstall, status onto the current env's torch
+    "tools.wheel",  # wheel: patched torch wheel
+    "tools.export_pr",  # export-pr
+    "tools.demo",  # demo: show each landed pass firing
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue  # not written yet
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PatchsetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
