@@ -41,9 +41,11 @@ class PatchMeta:
     tests: tuple[str, ...]
     last_update: str
     body: str
+    # optional, for the Tested-On: trailer: e.g. ["2.13.0+cpu", "2.11.0+cu130 (H100)"]
+    tested_on: tuple[str, ...] = ()
 
-    def hook_diff(self, base: str) -> Path:
-        return HOOKS_DIR / self.name / f"v{base}.diff"
+    def hook_diff(self, base: str, hooks_dir: Path | None = None) -> Path:
+        return (hooks_dir or HOOKS_DIR) / self.name / f"v{base}.diff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +80,7 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
                     tests=tuple(p.get("tests", ())),
                     last_update=p["last-update"],
                     body=p["body"].strip(),
+                    tested_on=tuple(p.get("tested-on", ())),
                 )
             )
         except KeyError as e:

@@ -1,0 +1,234 @@
+"""``python -m tools bases``: fetch each base's torch wheel and build its pristine git tree.
+
+A pristine base ``CACHE_DIR/bases/v<base>/`` is a git repo holding exactly one commit: every
+``torch/**/*.py`` of that version's wheel (these are the source tree's files at the release tag), committed
+with a fixed identity and date, so the same wheel always gives the same commit id. It is what hook diffs
+are made against and what ``generate``/``check``/``export-pr`` clone.
+
+Decision on ``test/``: the tree tracks no ``test/`` placeholder. Git does not track empty directories and
+our patches create ``test/inductor/...`` themselves, exactly as ``git am`` would in a real checkout (where
+``test/`` is full of upstream files no patch touches). An empty ``test/`` directory is left in the work
+tree for people who browse it; it is not part of the commit.
+
+A stamp (``.git/torch-patchset.json``) records the wheel's name, size, mtime and sha256 and the commit built
+from it. A second run re-hashes nothing unless the wheel changed on disk, so it costs one ``git status``.
+A base tree with local edits is never replaced without ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from tools import gitutil
+from tools.common import CACHE_DIR, PatchsetError, load_patchset, progress
+
+STAMP_NAME = "torch-patchset.json"
+STAMP_FORMAT = 1
+DEFAULT_BRANCH = "main"
+
+
+def bases_dir(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or CACHE_DIR) / "bases"
+
+
+def wheels_dir(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or CACHE_DIR) / "wheels"
+
+
+def base_tree(base: str, cache_dir: Path | None = None) -> Path:
+    return bases_dir(cache_dir) / f"v{base}"
+
+
+def require_base_tree(base: str, cache_dir: Path | None = None) -> Path:
+    """The pristine tree for ``base``, or a PatchsetError saying how to build it."""
+    tree = base_tree(base, cache_dir)
+    if not (tree / ".git").exists() or gitutil.rev_parse(tree) is None:
+        raise PatchsetError(tree, f"no pristine tree for torch {base}; build it with `python -m tools bases --base {base}`")
+    return tree
+
+
+def find_wheel(base: str, wdir: Path) -> Path | None:
+    """A cached wheel of exactly this version (``torch-2.13.0-...`` or ``torch-2.13.0+cpu-...``)."""
+    found = sorted(p for p in wdir.glob(f"torch-{base}[-+]*.whl") if p.is_file())
+    return found[0] if found else None
+
+
+def fetch_wheel(base: str, wdir: Path) -> Path:
+    wheel = find_wheel(base, wdir)
+    if wheel:
+        progress(f"v{base}: wheel {wheel.name} (cached)")
+        return wheel
+    wdir.mkdir(parents=True, exist_ok=True)
+    progress(f"v{base}: downloading torch=={base} into {wdir} (pip download; CUDA builds are ~530 MB)")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"torch=={base}", "-d", str(wdir)]
+    # pip's own progress bar goes to the terminal; our stdout stays clean for machine-readable output.
+    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+    if proc.returncode != 0:
+        raise PatchsetError(f"torch=={base}", f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see pip's output above)")
+    wheel = find_wheel(base, wdir)
+    if not wheel:
+        raise PatchsetError(wdir, f"pip reported success but no torch-{base} wheel is there")
+    return wheel
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_stamp(tree: Path) -> dict | None:
+    try:
+        return json.loads((tree / ".git" / STAMP_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wheel_identity(wheel: Path, stamp: dict | None) -> dict:
+    """Name, size, mtime and sha256 of the wheel; the hash is reused from the stamp when size and mtime match."""
+    st = wheel.stat()
+    ident = {"wheel": wheel.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if stamp and all(stamp.get(k) == v for k, v in ident.items()) and stamp.get("sha256"):
+        ident["sha256"] = stamp["sha256"]
+    else:
+        progress(f"hashing {wheel.name}")
+        ident["sha256"] = sha256_file(wheel)
+    return ident
+
+
+_VERSION_PY_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
+
+
+def _python_members(zf: zipfile.ZipFile, wheel: Path) -> list[zipfile.ZipInfo]:
+    members = []
+    for info in zf.infolist():
+        name = info.filename
+        if info.is_dir() or not name.startswith("torch/") or not name.endswith(".py"):
+            continue
+        p = PurePosixPath(name)
+        if p.is_absolute() or ".." in p.parts or "\\" in name:
+            raise PatchsetError(wheel, f"refusing unsafe member path {name!r}")
+        members.append(info)
+    if not members:
+        raise PatchsetError(wheel, "has no torch/**/*.py files; is it a torch wheel?")
+    return sorted(members, key=lambda i: i.filename)
+
+
+def build_tree(wheel: Path, dest: Path, base: str, ident: dict | None = None) -> str:
+    """Extract ``wheel``'s torch/**/*.py into a fresh git repo and swap it in at ``dest``. Returns the commit.
+    Nothing at ``dest`` changes unless the whole build succeeded."""
+    ident = ident or wheel_identity(wheel, None)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    tmp.chmod(0o755)
+    try:
+        try:
+            zf = zipfile.ZipFile(wheel)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise PatchsetError(wheel, f"not a readable wheel: {e}") from e
+        with zf:
+            members = _python_members(zf, wheel)
+            version_py = next((m for m in members if m.filename == "torch/version.py"), None)
+            if version_py is None:
+                raise PatchsetError(wheel, "has no torch/version.py")
+            m = _VERSION_PY_RE.search(zf.read(version_py).decode("utf-8", "replace"))
+            if not m or not re.match(rf"{re.escape(base)}($|[+a-z])", m.group(1)):
+                raise PatchsetError(wheel, f"torch/version.py says {m.group(1) if m else '?'!r}, expected torch {base}")
+            total = len(members)
+            progress(f"v{base}: extracting {total} torch/**/*.py files from {wheel.name}")
+            step = max(1, total // 4)
+            for i, info in enumerate(members, 1):
+                target = tmp / info.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(info))
+                if i % step == 0 and total - i >= step // 2 or i == total:
+                    progress(f"v{base}: extracted {i}/{total}")
+        (tmp / "test").mkdir(exist_ok=True)  # not tracked; see module docstring
+        env = gitutil.isolated_env(date=gitutil.PRISTINE_DATE)
+        gitutil.git("init", "--quiet", "-b", DEFAULT_BRANCH, ".", cwd=tmp, env=env)
+        gitutil.git("add", "--all", "torch", cwd=tmp, env=env)
+        msg = f"pristine torch v{base} python sources\n\nWheel: {ident['wheel']}\nWheel-Sha256: {ident['sha256']}\n"
+        gitutil.git("commit", "--quiet", "--no-verify", "-F", "-", cwd=tmp, env=env, input=msg)
+        commit = gitutil.rev_parse(tmp, env=env)
+        stamp = {"format": STAMP_FORMAT, "base": base, **ident, "commit": commit}
+        (tmp / ".git" / STAMP_NAME).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+        # swap: the old tree (if any) goes away only after the new one is in place
+        old = None
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            old.rmdir()
+            dest.rename(old)
+        tmp.rename(dest)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+        return commit
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_base(base: str, cache_dir: Path | None = None, *, force: bool = False, fetch: bool = True) -> Path:
+    """Make ``bases/v<base>`` exist and match its wheel. Cheap when already up to date."""
+    wdir = wheels_dir(cache_dir)
+    tree = base_tree(base, cache_dir)
+    wheel = fetch_wheel(base, wdir) if fetch else find_wheel(base, wdir)
+    if wheel is None:
+        raise PatchsetError(wdir, f"no torch-{base} wheel cached")
+    stamp = read_stamp(tree) if tree.exists() else None
+    ident = wheel_identity(wheel, stamp)
+    if tree.exists() and not force:
+        if (tree / ".git").exists():
+            dirty = gitutil.status_porcelain(tree)
+            if dirty:
+                raise PatchsetError(
+                    tree,
+                    "pristine tree has local changes (" + ", ".join(l[3:] for l in dirty[:5]) + (" ..." if len(dirty) > 5 else "") + "); "
+                    "make hook diffs in a clone of it, not in the cache. Rebuild with --force (discards those changes)",
+                )
+            head = gitutil.rev_parse(tree)
+            if stamp and stamp.get("format") == STAMP_FORMAT and stamp.get("sha256") == ident["sha256"] and stamp.get("commit") == head:
+                progress(f"v{base}: up to date ({tree}, {head[:12]}, wheel sha256 {ident['sha256'][:12]})")
+                return tree
+            if stamp and stamp.get("commit") not in (None, head):
+                raise PatchsetError(tree, f"HEAD {head and head[:12]} is not the commit this tool built ({stamp['commit'][:12]}); rebuild with --force")
+            progress(f"v{base}: {'no stamp (built by hand?)' if not stamp else 'wheel changed'}; rebuilding")
+        elif any(tree.iterdir()):
+            raise PatchsetError(tree, "exists but is not a git repo; move it away or rebuild with --force")
+    commit = build_tree(wheel, tree, base, ident)
+    progress(f"v{base}: built {tree} at {commit[:12]}")
+    return tree
+
+
+def _cmd_bases(args: argparse.Namespace) -> int:
+    ps = load_patchset()
+    selected = args.base or list(ps.bases)
+    for b in selected:
+        if b not in ps.bases:
+            raise PatchsetError(f"--base {b}", f"not a base of this patch set ({', '.join(ps.bases)})")
+    for b in selected:
+        tree = ensure_base(b, force=args.force)
+        print(tree)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bases",
+        help="fetch torch wheels and build the pristine base trees",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--base", action="append", metavar="X.Y.Z", help="only this base (repeatable); default: all bases")
+    p.add_argument("--force", action="store_true", help="rebuild even if up to date or locally modified")
+    p.set_defaults(func=_cmd_bases)
