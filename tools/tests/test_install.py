@@ -1,0 +1,231 @@
+"""install / uninstall / status: transactions on a fake site-packages (fast), plus one real torch end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.common import PatchsetError
+from tools.install import INFO_MODULE, STATE_DIR, install, status, uninstall
+from tools.patchapply import load_series, apply_series
+from tools.tests import faketorch as ft
+
+REPO = ft.REPO
+
+
+@pytest.fixture
+def env(tmp_path):
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    return site, patches, meta, tmp_path
+
+
+def cli(site, patches, meta, *args, **kw):
+    return ft.run_tools(*args, "--site-packages", str(site), "--patches", str(patches), "--metadata", str(meta), **kw)
+
+
+def test_applier_matches_git(env):
+    """Our strict applier yields exactly the tree git committed (the fixture's patched tree)."""
+    site, patches, meta, tmp = env
+    changes = apply_series(load_series(patches / "v2.13.0"), lambda rel: (site / rel).read_bytes()
+                           if (site / rel).exists() else None)
+    tree = ft.patched_tree(tmp / "src")
+    assert set(changes) == {p for p in (f.relative_to(tree).as_posix() for f in tree.rglob("*") if f.is_file())
+                            if p.startswith("torch/") and (tree / p).read_bytes() != ((site / p).read_bytes()
+                                                                                    if (site / p).exists() else None)}
+    for rel, (_, after) in changes.items():
+        assert after == (tree / rel).read_bytes(), rel
+
+
+def test_install_uninstall_byte_identical(env):
+    site, patches, meta, _ = env
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 0, r.stderr
+    assert (site / "torch/_inductor/fake_registry.py").read_text() == "REGISTRY = {}\n"
+    assert "newpkg_enabled" in (site / "torch/_inductor/config.py").read_text()
+    assert not (site / "test").exists(), "test/ parts must not be installed"
+    info = (site / INFO_MODULE).read_text()
+    assert "version = '0.1.0'" in info and "fake-newpkg" in info
+    m = json.loads((site / STATE_DIR / "manifest.json").read_text())
+    acts = {e["path"]: e["action"] for e in m["files"]}
+    assert acts["torch/_inductor/config.py"] == "modified"
+    assert acts["torch/_inductor/fx_passes/newpkg/sub/deep.py"] == "added"
+    assert set(m["created_dirs"]) == {"torch/_inductor/fx_passes/newpkg", "torch/_inductor/fx_passes/newpkg/sub"}
+    st = cli(site, patches, meta, "status")
+    assert st.returncode == 0 and "inductor-patchset 0.1.0" in st.stdout and "all files match" in st.stdout
+    # a second install of the same patch set is a no-op
+    snap = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 0 and "nothing to do" in r.stdout
+    assert ft.tree_digest(site) == snap
+    # simulate Python having compiled an added module: uninstall must not leave its .pyc behind
+    pc = site / "torch/_inductor/__pycache__"
+    pc.mkdir()
+    (pc / "fake_registry.cpython-311.pyc").write_bytes(b"x")
+    r = cli(site, patches, meta, "uninstall")
+    assert r.returncode == 0, r.stderr
+    assert ft.tree_digest(site) == before
+    st = cli(site, patches, meta, "status")
+    assert st.returncode == 0 and "stock" in st.stdout
+
+
+def test_unknown_version_clear_error_nothing_changed(tmp_path):
+    site = ft.make_site(tmp_path / "env", version="9.9.0+cpu")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 2
+    assert "unsupported torch version" in r.stderr and "9.9.0+cpu" in r.stderr
+    assert ft.tree_digest(site) == before
+
+
+def test_modified_file_named_nothing_changed(env):
+    site, patches, meta, _ = env
+    cfg = site / "torch/_inductor/config.py"
+    cfg.write_text(cfg.read_text() + "# local edit\n")
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 2
+    assert str(cfg) in r.stderr and "not pristine" in r.stderr
+    assert ft.tree_digest(site) == before
+
+
+def test_existing_target_refused(env):
+    site, patches, meta, _ = env
+    (site / "torch/_inductor/fake_registry.py").write_text("someone else's\n")
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 2 and "fake_registry.py" in r.stderr and "not part of torch's RECORD" in r.stderr
+    assert ft.tree_digest(site) == before
+
+
+@pytest.mark.parametrize("crash_after", [1, 3, 6])
+@pytest.mark.parametrize("next_cmd", ["install", "uninstall", "status"])
+def test_interrupted_install_rolls_back(env, crash_after, next_cmd):
+    site, patches, meta, _ = env
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install", env={"TORCH_PATCHSET_CRASH_AFTER": str(crash_after)})
+    assert r.returncode == 86, r.stderr  # died abruptly, mid-transaction
+    assert (site / STATE_DIR / "journal.json").exists()
+    assert ft.tree_digest(site) != before
+    r = cli(site, patches, meta, next_cmd)
+    assert r.returncode == 0, r.stderr
+    assert "interrupted install" in r.stderr
+    if next_cmd == "install":  # rolled back, then installed cleanly
+        assert "installed inductor-patchset" in r.stdout
+        assert cli(site, patches, meta, "uninstall").returncode == 0
+    assert ft.tree_digest(site) == before
+
+
+def test_interrupted_uninstall_completes(env):
+    site, patches, meta, _ = env
+    before = ft.tree_digest(site)
+    assert cli(site, patches, meta, "install").returncode == 0
+    r = cli(site, patches, meta, "uninstall", env={"TORCH_PATCHSET_CRASH_AFTER": "2"})
+    assert r.returncode == 86
+    r = cli(site, patches, meta, "status")
+    assert r.returncode == 0 and "interrupted uninstall" in r.stderr and "stock" in r.stdout
+    assert ft.tree_digest(site) == before
+
+
+def test_failure_in_process_rolls_back(env, monkeypatch):
+    """An exception half-way (e.g. disk full) rolls back at once, without waiting for the next command."""
+    site, patches, meta, _ = env
+    before = ft.tree_digest(site)
+    import tools.install as inst
+
+    real = inst._write_atomic
+    calls = {"n": 0}
+
+    def flaky(target, data, **kw):
+        if "torch/_inductor/fx_passes" in str(target) and "patchset-tmp" not in str(target):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError(28, "No space left on device")
+        return real(target, data, **kw)
+
+    monkeypatch.setattr(inst, "_write_atomic", flaky)
+    with pytest.raises(OSError):
+        install(site, patches, meta)
+    assert ft.tree_digest(site) == before
+
+
+def test_other_version_installed_needs_replace(env, tmp_path):
+    site, patches, meta, _ = env
+    assert install(site, patches, meta) == 0
+    (tmp_path / "m2").mkdir()
+    meta2 = ft.write_metadata(tmp_path / "m2", version="0.2.0")
+    with pytest.raises(PatchsetError, match="0.1.0.*is installed.*uninstall"):
+        install(site, patches, meta2)
+    assert install(site, patches, meta2, replace=True) == 0
+    assert "version = '0.2.0'" in (site / INFO_MODULE).read_text()
+    assert uninstall(site) == 0
+
+
+def test_uninstall_refuses_changed_file(env):
+    site, patches, meta, _ = env
+    assert install(site, patches, meta) == 0
+    (site / "torch/_inductor/fake_registry.py").write_text("edited\n")
+    with pytest.raises(PatchsetError, match="fake_registry.py.*changed since install"):
+        uninstall(site)
+    assert uninstall(site, force=True) == 0
+    assert not (site / "torch/_inductor/fake_registry.py").exists()
+
+
+def test_status_reports_drift(env, capsys):
+    site, patches, meta, _ = env
+    assert install(site, patches, meta) == 0
+    (site / "torch/_inductor/config.py").write_text("x = 1\n")
+    assert status(site, patches, meta) == 1
+    assert "DRIFT" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ one real torch, end to end
+
+
+def clone_real_site(dst: Path) -> Path:
+    """A cheap private copy of the dev venv's torch: hard links (install only ever replaces files, never
+    writes into them, so the originals are untouched); falls back to a real copy across filesystems."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
+        pytest.skip("no torch in this interpreter")
+    src_site = Path(spec.origin).parent.parent
+    site = dst / "site-packages"
+    site.mkdir(parents=True)
+    for name in ["torch", *[p.name for p in src_site.glob("torch-*.dist-info")]]:
+        r = subprocess.run(["cp", "-al", str(src_site / name), str(site / name)], capture_output=True)
+        if r.returncode:
+            shutil.copytree(src_site / name, site / name, symlinks=True)
+    return site
+
+
+REAL_SERIES = REPO / "patches" / "v2.13.0" / "series"
+
+
+@pytest.mark.skipif(not REAL_SERIES.exists(), reason="patches/v2.13.0 not generated yet")
+def test_real_series_on_real_torch(tmp_path):
+    site = clone_real_site(tmp_path)
+    if "2.13.0" not in next(site.glob("torch-*.dist-info")).name:
+        pytest.skip("this interpreter's torch is not 2.13.0")
+    before = ft.tree_digest(site, skip_pycache=True)
+    r = ft.run_tools("install", "--site-packages", str(site))
+    assert r.returncode == 0, r.stderr
+    # the patched torch imports and knows its patch set
+    code = "import torch._inductor._patchset_info as i, torch._inductor.config; print(i.version)"
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)},
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = ft.run_tools("uninstall", "--site-packages", str(site))
+    assert r.returncode == 0, r.stderr
+    assert ft.tree_digest(site, skip_pycache=True) == before
