@@ -19,7 +19,7 @@ from pathlib import Path
 from tools.common import PatchsetError
 
 # A fixed identity for commits that are ours (pristine bases, generated patches, PR branches).
-PATCHSET_AUTHOR = ("inductor-patchset maintainers", "inductor-patchset@users.noreply.github.com")
+PATCHSET_AUTHOR = ("inductor-patchset", "inductor-patchset@users.noreply.github.com")
 PRISTINE_DATE = "2000-01-01T00:00:00+0000"
 
 # Electron's export flags plus the ones that pin the remaining heuristics: output is a function of
