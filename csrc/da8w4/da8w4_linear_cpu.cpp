@@ -1,0 +1,466 @@
+// CPU kernels for torchao::da8w4_linear_prepack_cpu and torchao::da8w4_linear_cpu.
+//
+// Only implementations are registered here (TORCH_LIBRARY_IMPL(torchao, CPU)): the
+// schemas and the fake kernels come from torchao/ops.py or, without torchao, from
+// csrc/da8w4_linear_cpu.py, which also loads this library. Contract and math:
+// shared/specs/da8w4_linear_cpu.md; packed layout: kernel.h and csrc/README.md.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernel.h"
+
+namespace da8w4 {
+namespace {
+
+// ---------------------------------------------------------------------------
+// ISA selection: best supported at run time, or forced by DA8W4_ISA for testing.
+// ---------------------------------------------------------------------------
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+#if defined(DA8W4_HAVE_AVX2)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+      return false;
+#endif
+    case Isa::kAvx512Vnni:
+#if defined(DA8W4_HAVE_AVX512VNNI)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+Isa best_isa() {
+  static const Isa best = [] {
+    if (isa_supported(Isa::kAvx512Vnni)) {
+      return Isa::kAvx512Vnni;
+    }
+    if (isa_supported(Isa::kAvx2)) {
+      return Isa::kAvx2;
+    }
+    return Isa::kScalar;
+  }();
+  return best;
+}
+
+std::atomic<int> g_last_isa{-1};
+
+Isa select_isa() {
+  const char* env = std::getenv("DA8W4_ISA");
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0) {
+    return best_isa();
+  }
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+    if (std::strcmp(env, isa_name(isa)) == 0) {
+      TORCH_CHECK(
+          isa_supported(isa),
+          "da8w4_linear_cpu: DA8W4_ISA=",
+          env,
+          " but this CPU or this build does not support it (best available: ",
+          isa_name(best_isa()),
+          ")");
+      return isa;
+    }
+  }
+  TORCH_CHECK(
+      false,
+      "da8w4_linear_cpu: unknown DA8W4_ISA=",
+      env,
+      "; expected one of auto, scalar, avx2, avx512vnni");
+}
+
+using TileFn = void (*)(const TileParams&);
+
+TileFn tile_fn(Isa isa) {
+  switch (isa) {
+#if defined(DA8W4_HAVE_AVX512VNNI)
+    case Isa::kAvx512Vnni:
+      return &tile_avx512vnni;
+#endif
+#if defined(DA8W4_HAVE_AVX2)
+    case Isa::kAvx2:
+      return &tile_avx2;
+#endif
+    default:
+      return &tile_scalar;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Prepack
+// ---------------------------------------------------------------------------
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> da8w4_linear_prepack_cpu(
+    const at::Tensor& weight,
+    const at::Tensor& scales,
+    const at::Tensor& qzeros) {
+  TORCH_CHECK(
+      weight.dim() == 2 && weight.scalar_type() == at::kByte,
+      "da8w4_linear_prepack_cpu: expected a 2-D uint8 weight [N, K], got ",
+      weight.scalar_type(),
+      " of shape ",
+      weight.sizes());
+  const int64_t N = weight.size(0);
+  const int64_t K = weight.size(1);
+  at::Tensor s = scales.dim() == 1 ? scales.unsqueeze(-1) : scales;
+  at::Tensor z = qzeros.dim() == 1 ? qzeros.unsqueeze(-1) : qzeros;
+  TORCH_CHECK(
+      s.dim() == 2 && s.size(0) == N && s.size(1) >= 1,
+      "da8w4_linear_prepack_cpu: expected scales [N, G] (or [N]) with N=",
+      N,
+      ", got ",
+      scales.sizes());
+  TORCH_CHECK(
+      z.sizes() == s.sizes(),
+      "da8w4_linear_prepack_cpu: qzeros must have the shape of scales ",
+      scales.sizes(),
+      ", got ",
+      qzeros.sizes());
+  const int64_t G = s.size(1);
+  TORCH_CHECK(
+      N % kBlockN == 0, "da8w4_linear_prepack_cpu: N=", N, " must be a multiple of ", kBlockN);
+  TORCH_CHECK(
+      K > 0 && K % G == 0,
+      "da8w4_linear_prepack_cpu: K=",
+      K,
+      " must be a positive multiple of the number of groups G=",
+      G);
+  const int64_t group_size = K / G;
+  const int64_t BK = std::min<int64_t>(group_size, 128);
+  TORCH_CHECK(
+      group_size % BK == 0,
+      "da8w4_linear_prepack_cpu: group_size=",
+      group_size,
+      " must be a multiple of the k block ",
+      BK);
+  TORCH_CHECK(
+      BK % 4 == 0,
+      "da8w4_linear_prepack_cpu: group_size=",
+      group_size,
+      " must be a multiple of 4 for this kernel's packed layout");
+  at::Tensor w = weight.contiguous();
+  if (w.numel() > 0) {
+    TORCH_CHECK(
+        w.max().item<uint8_t>() <= 15,
+        "da8w4_linear_prepack_cpu: weight values must be int4 in [0, 15]");
+  }
+  const int64_t Nc = N / kBlockN;
+  const int64_t Kc = K / BK;
+  const int64_t bpg = group_size / BK;
+
+  at::Tensor sf = s.to(at::kFloat).contiguous();
+  at::Tensor zi = z.to(at::kChar).contiguous();
+  // [N, G] -> [Nc, G, 32]
+  at::Tensor packed_scales = sf.view({Nc, kBlockN, G}).permute({0, 2, 1}).contiguous();
+  at::Tensor packed_qzeros = zi.view({Nc, kBlockN, G}).permute({0, 2, 1}).contiguous();
+  at::Tensor packed = at::empty({Nc, Kc, BK, kBlockN / 2}, weight.options().dtype(at::kByte));
+  at::Tensor comp = at::empty({Nc, Kc, kBlockN}, weight.options().dtype(at::kInt));
+
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const int8_t* zp = zi.data_ptr<int8_t>();
+  uint8_t* pp = packed.data_ptr<uint8_t>();
+  int32_t* cp = comp.data_ptr<int32_t>();
+  at::parallel_for(0, Nc * Kc, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t nb = t / Kc;
+      const int64_t c = t % Kc;
+      const int64_t g = c / bpg;
+      uint8_t* tile = pp + t * BK * 16;
+      for (int64_t k = 0; k < BK; ++k) {
+        for (int64_t j = 0; j < 16; ++j) {
+          const uint8_t lo = wp[(nb * kBlockN + j) * K + c * BK + k];
+          const uint8_t hi = wp[(nb * kBlockN + 16 + j) * K + c * BK + k];
+          tile[(k / 4) * 64 + j * 4 + (k % 4)] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+      for (int64_t j = 0; j < kBlockN; ++j) {
+        const int64_t n = nb * kBlockN + j;
+        const int32_t zpv = zp[n * G + g];
+        int32_t sum = 0;
+        for (int64_t k = 0; k < BK; ++k) {
+          sum += static_cast<int32_t>(wp[n * K + c * BK + k]) - zpv;
+        }
+        cp[t * kBlockN + j] = sum;
+      }
+    }
+  });
+  return std::make_tuple(packed, packed_scales, packed_qzeros, comp);
+}
+
+// ---------------------------------------------------------------------------
+// Linear
+// ---------------------------------------------------------------------------
+template <typename T>
+void store_tile(const float* src, int64_t rows, T* dst, int64_t ldd) {
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < kBlockN; ++j) {
+      dst[m * ldd + j] = static_cast<T>(src[m * kBlockN + j]);  // round to nearest even
+    }
+  }
+}
+
+void check_shape(const at::Tensor& t, at::IntArrayRef expected, const char* name) {
+  TORCH_CHECK(
+      t.sizes() == expected,
+      "da8w4_linear_cpu: expected ",
+      name,
+      " of shape ",
+      expected,
+      ", got ",
+      t.sizes());
+}
+
+void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name) {
+  TORCH_CHECK(
+      t.scalar_type() == expected,
+      "da8w4_linear_cpu: expected ",
+      name,
+      " of dtype ",
+      expected,
+      ", got ",
+      t.scalar_type());
+}
+
+at::Tensor da8w4_linear_cpu(
+    const at::Tensor& input,
+    const at::Tensor& input_scales,
+    const at::Tensor& input_qzeros,
+    const at::Tensor& weight,
+    const at::Tensor& weight_scales,
+    const at::Tensor& weight_qzeros,
+    const at::Tensor& compensation,
+    const std::optional<at::Tensor>& bias,
+    at::ScalarType output_dtype) {
+  TORCH_CHECK(
+      input.scalar_type() == at::kByte || input.scalar_type() == at::kChar,
+      "da8w4_linear_cpu: input must be uint8 (asymmetric) or int8 (symmetric), got ",
+      input.scalar_type());
+  TORCH_CHECK(
+      output_dtype == at::kFloat || output_dtype == at::kBFloat16 || output_dtype == at::kHalf,
+      "da8w4_linear_cpu: output_dtype must be float32, bfloat16 or float16, got ",
+      output_dtype);
+  TORCH_CHECK(input.dim() >= 1, "da8w4_linear_cpu: input must have at least one dimension");
+  TORCH_CHECK(
+      weight.dim() == 4 && weight.scalar_type() == at::kByte,
+      "da8w4_linear_cpu: expected a prepacked uint8 weight [Nc, Kc, BK, 16], got ",
+      weight.scalar_type(),
+      " of shape ",
+      weight.sizes());
+  TORCH_CHECK(
+      weight.size(3) * 2 == kBlockN,
+      "da8w4_linear_cpu: weight.size(3) * 2 must be the block size ",
+      kBlockN,
+      ", got weight of shape ",
+      weight.sizes());
+  const bool symmetric = input.scalar_type() == at::kChar;
+  const int64_t Nc = weight.size(0);
+  const int64_t Kc = weight.size(1);
+  const int64_t BK = weight.size(2);
+  const int64_t N = Nc * kBlockN;
+  const int64_t K = Kc * BK;
+  TORCH_CHECK(
+      BK > 0 && BK % 4 == 0,
+      "da8w4_linear_cpu: the k block weight.size(2)=",
+      BK,
+      " must be a positive multiple of 4 (weights from da8w4_linear_prepack_cpu)");
+  TORCH_CHECK(
+      input.size(-1) == K,
+      "da8w4_linear_cpu: input.size(-1)=",
+      input.size(-1),
+      " does not match the weight's K=",
+      K,
+      " (Kc=",
+      Kc,
+      " * BK=",
+      BK,
+      ")");
+  const int64_t M = c10::multiply_integers(input.sizes().begin(), input.sizes().end() - 1);
+  TORCH_CHECK(
+      input_scales.numel() == M,
+      "da8w4_linear_cpu: input_scales must have one scale per row (",
+      M,
+      "), got ",
+      input_scales.numel());
+  TORCH_CHECK(
+      input_qzeros.sizes() == input_scales.sizes(),
+      "da8w4_linear_cpu: input_qzeros must have the shape of input_scales ",
+      input_scales.sizes(),
+      ", got ",
+      input_qzeros.sizes());
+  check_dtype(input_scales, at::kFloat, "input_scales");
+  TORCH_CHECK(
+      weight_scales.dim() == 3 && weight_scales.size(0) == Nc &&
+          weight_scales.size(2) == kBlockN && weight_scales.size(1) >= 1,
+      "da8w4_linear_cpu: expected weight_scales of shape [",
+      Nc,
+      ", G, ",
+      kBlockN,
+      "], got ",
+      weight_scales.sizes());
+  const int64_t G = weight_scales.size(1);
+  TORCH_CHECK(
+      Kc % G == 0,
+      "da8w4_linear_cpu: the number of k blocks Kc=",
+      Kc,
+      " must be a multiple of the number of groups G=",
+      G);
+  check_dtype(weight_scales, at::kFloat, "weight_scales");
+  check_shape(weight_qzeros, weight_scales.sizes(), "weight_qzeros");
+  check_dtype(weight_qzeros, at::kChar, "weight_qzeros");
+  if (!symmetric) {
+    check_dtype(input_qzeros, at::kInt, "input_qzeros");
+    check_shape(compensation, {Nc, Kc, kBlockN}, "compensation");
+    check_dtype(compensation, at::kInt, "compensation");
+  }
+  if (bias.has_value()) {
+    TORCH_CHECK(
+        bias->dim() == 1 && bias->size(0) == N,
+        "da8w4_linear_cpu: expected bias of shape [",
+        N,
+        "], got ",
+        bias->sizes());
+    check_dtype(*bias, at::kFloat, "bias");
+  }
+  for (const at::Tensor* t : {&input_scales, &input_qzeros, &weight, &weight_scales, &weight_qzeros}) {
+    TORCH_CHECK(t->device().is_cpu(), "da8w4_linear_cpu: all tensors must be on CPU");
+  }
+
+  std::vector<int64_t> out_sizes(input.sizes().begin(), input.sizes().end() - 1);
+  out_sizes.push_back(N);
+  at::Tensor y = at::empty(out_sizes, input.options().dtype(output_dtype));
+  if (M == 0 || N == 0) {
+    return y;
+  }
+  if (K == 0) {
+    return bias.has_value() ? y.copy_(bias->expand_as(y)) : y.zero_();
+  }
+
+  const at::Tensor a = input.contiguous();
+  const at::Tensor sa = input_scales.contiguous();
+  const at::Tensor za = symmetric ? at::Tensor() : input_qzeros.contiguous();
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor sw = weight_scales.contiguous();
+  const at::Tensor zw = weight_qzeros.contiguous();
+  const at::Tensor comp = symmetric ? at::Tensor() : compensation.contiguous();
+  const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+
+  const uint8_t* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
+  const Isa isa = select_isa();
+  const TileFn fn = tile_fn(isa);
+  g_last_isa.store(static_cast<int>(isa));
+
+  // Per-row, per-k-block sums of the activation bytes (as unsigned or signed values).
+  std::vector<int32_t> rowsum(M * Kc);
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const uint8_t* row = a_ptr + m * K;
+      for (int64_t c = 0; c < Kc; ++c) {
+        int32_t s = 0;
+        if (symmetric) {
+          const int8_t* srow = reinterpret_cast<const int8_t*>(row) + c * BK;
+          for (int64_t k = 0; k < BK; ++k) {
+            s += srow[k];
+          }
+        } else {
+          for (int64_t k = 0; k < BK; ++k) {
+            s += row[c * BK + k];
+          }
+        }
+        rowsum[m * Kc + c] = s;
+      }
+    }
+  });
+
+  // Work items: (block of up to kBlockM rows) x (N block of 32 columns). A thread's
+  // range walks consecutive N blocks, so the packed weight streams in order.
+  constexpr int64_t kBlockM = 64;
+  const int64_t Mc = (M + kBlockM - 1) / kBlockM;
+  const bool fp32_out = output_dtype == at::kFloat;
+  at::parallel_for(0, Mc * Nc, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(fp32_out ? 0 : kBlockM * kBlockN);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t mb = t / Nc;
+      const int64_t nb = t % Nc;
+      const int64_t m0 = mb * kBlockM;
+      const int64_t rows = std::min(kBlockM, M - m0);
+      TileParams p;
+      p.a = a_ptr + m0 * K;
+      p.lda = K;
+      p.rows = rows;
+      p.rowsum = rowsum.data() + m0 * Kc;
+      p.za = symmetric ? nullptr : za.data_ptr<int32_t>() + m0;
+      p.sa = sa.data_ptr<float>() + m0;
+      p.w = w.data_ptr<uint8_t>() + nb * Kc * BK * 16;
+      p.sw = sw.data_ptr<float>() + nb * G * kBlockN;
+      p.zw = zw.data_ptr<int8_t>() + nb * G * kBlockN;
+      p.comp = symmetric ? nullptr : comp.data_ptr<int32_t>() + nb * Kc * kBlockN;
+      p.bias = b.defined() ? b.data_ptr<float>() + nb * kBlockN : nullptr;
+      p.Kc = Kc;
+      p.BK = BK;
+      p.blocks_per_group = Kc / G;
+      p.symmetric = symmetric;
+      if (fp32_out) {
+        p.out = y.data_ptr<float>() + m0 * N + nb * kBlockN;
+        p.ldo = N;
+        fn(p);
+      } else {
+        p.out = buf.data();
+        p.ldo = kBlockN;
+        fn(p);
+        if (output_dtype == at::kBFloat16) {
+          store_tile(buf.data(), rows, y.data_ptr<at::BFloat16>() + m0 * N + nb * kBlockN, N);
+        } else {
+          store_tile(buf.data(), rows, y.data_ptr<at::Half>() + m0 * N + nb * kBlockN, N);
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+}  // namespace da8w4
+
+// For tests and benchmarks (ctypes): which tile kernel the last call used / the best.
+extern "C" __attribute__((visibility("default"))) const char* da8w4_linear_cpu_last_isa() {
+  const int v = da8w4::g_last_isa.load();
+  return v < 0 ? "none" : da8w4::isa_name(static_cast<da8w4::Isa>(v));
+}
+
+extern "C" __attribute__((visibility("default"))) const char* da8w4_linear_cpu_best_isa() {
+  return da8w4::isa_name(da8w4::best_isa());
+}
+
+TORCH_LIBRARY_IMPL(torchao, CPU, m) {
+  m.impl("da8w4_linear_prepack_cpu", &da8w4::da8w4_linear_prepack_cpu);
+  m.impl("da8w4_linear_cpu", &da8w4::da8w4_linear_cpu);
+}

@@ -1,0 +1,125 @@
+// AVX512-VNNI path of the da8w4 tile kernel (see kernel.h for the layout and math).
+// Built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -ffp-contract=off and only
+// called after a run-time CPU check. Must not include torch headers (see kernel.h).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernel.h"
+
+namespace da8w4 {
+namespace {
+
+inline int32_t load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Rows [m0, m0 + R) of k-block c: exact int32 dot products with vpdpbusd (u8 x s8,
+// four products per 32-bit lane), then the fp32 dequantise-accumulate into p.out.
+// Asymmetric: the activation is the unsigned operand and the nibble (0..15) the signed
+// one. Symmetric: the nibble is the unsigned operand and the int8 activation the signed
+// one. Either way no product can saturate and the zero points are applied afterwards.
+template <bool kSym, int R>
+inline void block_rows(const TileParams& p, int64_t c, int64_t m0) {
+  const uint8_t* wt = p.w + c * p.BK * 16;
+  const uint8_t* a0 = p.a + m0 * p.lda + c * p.BK;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512i acc_lo[R];
+  __m512i acc_hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc_lo[r] = _mm512_setzero_si512();
+    acc_hi[r] = _mm512_setzero_si512();
+  }
+  const int64_t nk4 = p.BK / 4;
+  for (int64_t k4 = 0; k4 < nk4; ++k4) {
+    const __m512i v = _mm512_loadu_si512(wt + k4 * 64);
+    const __m512i lo = _mm512_and_si512(v, nibble);  // columns 0..15
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);  // 16..31
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i ab = _mm512_set1_epi32(load4(a0 + r * p.lda + k4 * 4));
+      if (kSym) {
+        acc_lo[r] = _mm512_dpbusd_epi32(acc_lo[r], lo, ab);
+        acc_hi[r] = _mm512_dpbusd_epi32(acc_hi[r], hi, ab);
+      } else {
+        acc_lo[r] = _mm512_dpbusd_epi32(acc_lo[r], ab, lo);
+        acc_hi[r] = _mm512_dpbusd_epi32(acc_hi[r], ab, hi);
+      }
+    }
+  }
+  const int64_t g = c / p.blocks_per_group;
+  const int8_t* zw = p.zw + g * kBlockN;
+  const float* sw = p.sw + g * kBlockN;
+  const __m512i zw_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zw)));
+  const __m512i zw_hi =
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zw + 16)));
+  const __m512 sw_lo = _mm512_loadu_ps(sw);
+  const __m512 sw_hi = _mm512_loadu_ps(sw + 16);
+  __m512i comp_lo = _mm512_setzero_si512();
+  __m512i comp_hi = _mm512_setzero_si512();
+  if (!kSym) {
+    comp_lo = _mm512_loadu_si512(p.comp + c * kBlockN);
+    comp_hi = _mm512_loadu_si512(p.comp + c * kBlockN + 16);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const int64_t m = m0 + r;
+    const __m512i s = _mm512_set1_epi32(p.rowsum[m * p.Kc + c]);
+    __m512i P_lo = _mm512_sub_epi32(acc_lo[r], _mm512_mullo_epi32(zw_lo, s));
+    __m512i P_hi = _mm512_sub_epi32(acc_hi[r], _mm512_mullo_epi32(zw_hi, s));
+    if (!kSym) {
+      const __m512i za = _mm512_set1_epi32(p.za[m]);
+      P_lo = _mm512_sub_epi32(P_lo, _mm512_mullo_epi32(za, comp_lo));
+      P_hi = _mm512_sub_epi32(P_hi, _mm512_mullo_epi32(za, comp_hi));
+    }
+    const __m512 sa = _mm512_set1_ps(p.sa[m]);
+    float* out = p.out + m * p.ldo;
+    const __m512 d_lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_lo), sa), sw_lo);
+    const __m512 d_hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_hi), sa), sw_hi);
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), d_lo));
+    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), d_hi));
+  }
+}
+
+template <bool kSym>
+void tile_impl(const TileParams& p) {
+  constexpr int kRows = 8;  // 16 int32 accumulators + 2 weight + 1 broadcast zmm
+  for (int64_t m = 0; m < p.rows; ++m) {
+    float* out = p.out + m * p.ldo;
+    const __m512 b_lo = p.bias ? _mm512_loadu_ps(p.bias) : _mm512_setzero_ps();
+    const __m512 b_hi = p.bias ? _mm512_loadu_ps(p.bias + 16) : _mm512_setzero_ps();
+    _mm512_storeu_ps(out, b_lo);
+    _mm512_storeu_ps(out + 16, b_hi);
+  }
+  for (int64_t c = 0; c < p.Kc; ++c) {
+    int64_t m0 = 0;
+    for (; m0 + kRows <= p.rows; m0 += kRows) {
+      block_rows<kSym, kRows>(p, c, m0);
+    }
+    switch (p.rows - m0) {
+      case 7: block_rows<kSym, 7>(p, c, m0); break;
+      case 6: block_rows<kSym, 6>(p, c, m0); break;
+      case 5: block_rows<kSym, 5>(p, c, m0); break;
+      case 4: block_rows<kSym, 4>(p, c, m0); break;
+      case 3: block_rows<kSym, 3>(p, c, m0); break;
+      case 2: block_rows<kSym, 2>(p, c, m0); break;
+      case 1: block_rows<kSym, 1>(p, c, m0); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+void tile_avx512vnni(const TileParams& p) {
+  if (p.symmetric) {
+    tile_impl<true>(p);
+  } else {
+    tile_impl<false>(p);
+  }
+}
+
+}  // namespace da8w4
