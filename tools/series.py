@@ -457,7 +457,7 @@ def check_apply(base: str, pdir: Path, base_tree: Path, workdir: Path) -> list[P
     pristine = gitutil.rev_parse(repo, env=env)
     for i, name in enumerate(names, 1):
         progress(f"check v{base}: git am {i}/{len(names)} {name}")
-        r = gitutil.git("am", "--no-3way", "--quiet", (pdir / name).resolve(), cwd=repo, env=env, check=False)
+        r = gitutil.git("am", "--no-3way", "--keep-non-patch", "--quiet", (pdir / name).resolve(), cwd=repo, env=env, check=False)
         if not r.ok:
             file, reason = gitutil.explain_apply_failure(r.output)
             after = f" after {', '.join(names[: i - 1])}" if i > 1 else ""
