@@ -1,0 +1,104 @@
+"""wheel: patched wheel from a (fake, tiny) torch wheel; RECORD, version label, raw copies, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tools.common import PatchsetError
+from tools.install import INFO_MODULE, parse_record
+from tools.tests import faketorch as ft
+from tools.wheel import build_wheel, patched_version, verify_wheel
+
+PEP440_LOCAL = re.compile(r"^\d+(\.\d+)*\+[a-z0-9]+(\.[a-z0-9]+)*$")
+
+
+@pytest.fixture
+def src(tmp_path):
+    whl = ft.make_wheel(tmp_path / "w")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    return whl, patches, meta, tmp_path
+
+
+def test_patched_version():
+    assert patched_version("2.13.0+cpu", "inductor-patchset", "0.1.0") == "2.13.0+cpu.inductorpatchset.0.1.0"
+    assert patched_version("2.11.0+cu130", "inductor-patchset", "1.2.0rc1") == "2.11.0+cu130.inductorpatchset.1.2.0rc1"
+    assert patched_version("2.13.0", "inductor-patchset", "0.1.0") == "2.13.0+inductorpatchset.0.1.0"
+    for v in ("2.13.0+cpu", "2.13.0"):
+        assert PEP440_LOCAL.match(patched_version(v, "inductor-patchset", "0.1.0-dev_1"))
+
+
+def test_wheel_contents_record_and_version(src):
+    whl, patches, meta, tmp = src
+    out = build_wheel(whl, tmp / "dist", patches, meta)
+    assert out.name == "torch-2.13.0+cpu.inductorpatchset.0.1.0-py3-none-any.whl"
+    verify_wheel(out)  # every member hashes to RECORD, RECORD unhashed, nothing extra/missing
+    with zipfile.ZipFile(whl) as zi, zipfile.ZipFile(out) as zo:
+        names = zo.namelist()
+        di = "torch-2.13.0+cpu.inductorpatchset.0.1.0.dist-info"
+        assert not any(n.startswith("torch-2.13.0+cpu.dist-info/") for n in names)
+        assert names[-1] == f"{di}/RECORD" and all(n.startswith(di) for n in names[-4:])
+        meta_text = zo.read(f"{di}/METADATA").decode()
+        assert "\nVersion: 2.13.0+cpu.inductorpatchset.0.1.0\n" in meta_text and "Requires-Dist: numpy" in meta_text
+        assert "__version__ = '2.13.0+cpu.inductorpatchset.0.1.0'\n" in zo.read("torch/version.py").decode()
+        assert b"registry_enabled" in zo.read("torch/_inductor/config.py")
+        assert zo.read("torch/_inductor/fx_passes/newpkg/sub/deep.py") == b"X = 1\n"
+        assert b"version = '0.1.0'" in zo.read(INFO_MODULE)
+        assert not any(n.startswith("test/") for n in names)
+        # unchanged members: identical compressed bytes and CRC (raw copy, no recompression)
+        for n in ("torch/_inductor/fx_passes/__init__.py", "torchgen/__init__.py", "torch/__init__.py"):
+            a, b = zi.getinfo(n), zo.getinfo(n)
+            assert (a.CRC, a.compress_size, a.compress_type) == (b.CRC, b.compress_size, b.compress_type)
+            assert zi.read(n) == zo.read(n)
+        rec = parse_record(zo.read(f"{di}/RECORD").decode())
+        assert rec[f"{di}/RECORD"] == (None, "")
+        data = zo.read("torch/_inductor/config.py")
+        assert rec["torch/_inductor/config.py"] == (hashlib.sha256(data).hexdigest(), str(len(data)))
+        assert zo.testzip() is None
+
+
+def test_verify_wheel_catches_bad_record(src):
+    """verify_wheel is what the other tests rely on: make sure it can fail."""
+    whl, patches, meta, tmp = src
+    out = build_wheel(whl, tmp / "dist", patches, meta)
+    bad = tmp / "bad.whl"
+    with zipfile.ZipFile(out) as zi, zipfile.ZipFile(bad, "w") as zo:
+        for i in zi.infolist():
+            data = zi.read(i)
+            if i.filename.endswith("RECORD"):
+                data = data.replace(b"torch/_inductor/config.py,sha256=", b"torch/_inductor/config.py,sha256=AA")
+            zo.writestr(i, data)
+    with pytest.raises(PatchsetError, match="config.py"):
+        verify_wheel(bad)
+
+
+def test_wheel_refuses_unknown_version_and_non_pristine(src):
+    whl, patches, meta, tmp = src
+    bad_ver = ft.make_wheel(tmp / "w2", version="9.9.0+cpu")
+    with pytest.raises(PatchsetError, match="unsupported torch version"):
+        build_wheel(bad_ver, tmp / "dist", patches, meta)
+    # a member that does not match the wheel's RECORD
+    tampered = tmp / "t" / whl.name
+    tampered.parent.mkdir()
+    with zipfile.ZipFile(whl) as zi, zipfile.ZipFile(tampered, "w") as zo:
+        for i in zi.infolist():
+            data = zi.read(i)
+            if i.filename == "torch/_inductor/config.py":
+                data += b"# edit\n"
+            zo.writestr(i, data)
+    with pytest.raises(PatchsetError, match=r"config\.py.*not pristine"):
+        build_wheel(tampered, tmp / "dist2", patches, meta)
+    assert not (tmp / "dist2").exists() or not any((tmp / "dist2").iterdir())
+
+
+def test_wheel_cli(src):
+    whl, patches, meta, tmp = src
+    r = ft.run_tools("wheel", "--from", str(whl), "--out", str(tmp / "o"), "--patches", str(patches),
+                     "--metadata", str(meta), "--verify")
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()).is_file()
