@@ -1,0 +1,405 @@
+# Owner(s): ["module: inductor"]
+"""Numerics and contract tests of our CPU kernel for torchao::da8w4_linear_cpu.
+
+Every result is compared with a pure-PyTorch implementation of the spec's math
+(shared/specs/da8w4_linear_cpu.md, section 3), bit for bit, on each ISA path forced
+through DA8W4_ISA. Needs the library: build it with
+    cmake -G Ninja -S . -B build && cmake --build build
+The tests skip when it is not built, unless DA8W4_REQUIRE_KERNEL=1 (CI), which turns
+the skip into a failure.
+"""
+
+import importlib.util
+import os
+import pathlib
+import sys
+import unittest
+from unittest import mock
+
+import torch
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+    TestCase,
+)
+
+
+def _import_loader():
+    if "da8w4_linear_cpu" in sys.modules:
+        return sys.modules["da8w4_linear_cpu"]
+    path = pathlib.Path(__file__).resolve().parents[1] / "da8w4_linear_cpu.py"
+    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["da8w4_linear_cpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+loader = _import_loader()
+LOADED = loader.load()
+if not LOADED and os.environ.get("DA8W4_REQUIRE_KERNEL") == "1":
+    raise RuntimeError(f"DA8W4_REQUIRE_KERNEL=1 but {loader.default_path()} did not load")
+requires_kernel = unittest.skipUnless(
+    LOADED, f"da8w4 kernel not built ({loader.default_path()})"
+)
+
+ISAS = ("scalar", "avx2", "avx512vnni")
+OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+BN = 32
+
+
+def _isa_available(isa):
+    order = {"scalar": 0, "avx2": 1, "avx512vnni": 2}
+    return LOADED and order[isa] <= order[loader.best_isa()]
+
+
+def force_isa(isa):
+    return mock.patch.dict(os.environ, {"DA8W4_ISA": isa})
+
+
+# --------------------------------------------------------------------------------------
+# Pure-PyTorch reference of the spec
+# --------------------------------------------------------------------------------------
+def make_weight(n, k, group_size, gen):
+    g = k // group_size
+    w = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=gen)
+    scales = torch.rand(n, g, generator=gen) * 0.02 + 1e-3
+    qzeros = torch.randint(0, 16, (n, g), dtype=torch.int8, generator=gen)
+    return w, scales, qzeros
+
+
+def make_activation(m_shape, k, symmetric, gen):
+    m = 1
+    for d in m_shape:
+        m *= d
+    if symmetric:
+        x = torch.randint(-128, 128, (*m_shape, k), dtype=torch.int8, generator=gen)
+        zeros = torch.zeros(m, dtype=torch.int32)
+    else:
+        x = torch.randint(0, 256, (*m_shape, k), dtype=torch.uint8, generator=gen)
+        zeros = torch.randint(0, 256, (m,), dtype=torch.int32, generator=gen)
+    scales = torch.rand(m, generator=gen) * 0.05 + 1e-3
+    return x, scales, zeros
+
+
+def reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
+    """Spec section 3 on the unpacked weight [N, K], scales/zeros [N, G]."""
+    n, k = w.shape
+    g = sw.shape[1]
+    group_size = k // g
+    bk = min(group_size, 128)
+    a = x.reshape(-1, k).to(torch.float64)
+    if not symmetric:
+        a = a - za.reshape(-1, 1).to(torch.float64)
+    wd = w.to(torch.float64) - zw.to(torch.float64).repeat_interleave(group_size, dim=1)
+    sa = sa.reshape(-1, 1).to(torch.float32)
+    acc = torch.zeros(a.shape[0], n) if bias is None else bias.expand(a.shape[0], n).clone()
+    for c in range(k // bk):
+        blk = slice(c * bk, (c + 1) * bk)
+        # Integers below 2**53: exact in float64, then exactly an int32 value.
+        p = (a[:, blk] @ wd[:, blk].T).to(torch.int32)
+        acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size].reshape(1, n)
+    return acc.to(out_dtype).reshape(*x.shape[:-1], n)
+
+
+def unpack_weight(packed):
+    """Inverse of our documented packed layout (csrc/da8w4/kernel.h)."""
+    nc, kc, bk, half = packed.shape
+    t = packed.reshape(nc, kc, bk // 4, 16, 4)  # [nb, c, k4, j, ki]
+    lo = (t & 0xF).permute(0, 3, 1, 2, 4).reshape(nc, 16, kc * bk)
+    hi = (t >> 4).permute(0, 3, 1, 2, 4).reshape(nc, 16, kc * bk)
+    return torch.cat([lo, hi], dim=1).reshape(nc * BN, kc * bk)
+
+
+def prepack(w, sw, zw):
+    return torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+
+
+def da8w4(x, sa, za, packed, bias, out_dtype):
+    pw, ps, pz, pc = packed
+    return torch.ops.torchao.da8w4_linear_cpu(x, sa, za, pw, ps, pz, pc, bias, out_dtype)
+
+
+# (M shape, K, N, group_size): M=1, M=3, 3-D, K a multiple of 32 but not 128,
+# group sizes 32/64/128 and 256 (two k blocks per group).
+SHAPES = (
+    ((1,), 128, 32, 32),
+    ((3,), 96, 64, 32),
+    ((2, 5), 192, 32, 64),
+    ((17,), 256, 96, 128),
+    ((9,), 512, 64, 256),
+    ((1,), 160, 32, 32),
+)
+
+
+@requires_kernel
+@instantiate_parametrized_tests
+class TestDa8w4Prepack(TestCase):
+    @parametrize("group_size", (32, 64, 128, 256))
+    def test_layout(self, group_size):
+        gen = torch.Generator().manual_seed(group_size)
+        n, k = 64, 512
+        w, sw, zw = make_weight(n, k, group_size, gen)
+        pw, ps, pz, pc = prepack(w, sw, zw)
+        bk = min(group_size, 128)
+        g = k // group_size
+        self.assertEqual(pw.shape, (n // BN, k // bk, bk, BN // 2))
+        self.assertEqual(pw.dtype, torch.uint8)
+        self.assertEqual(unpack_weight(pw), w, atol=0, rtol=0)
+        # Scales and zero points: [n / 32, g, n % 32] = x[n, g] (torchao's layout).
+        self.assertEqual(ps, sw.reshape(n // BN, BN, g).transpose(1, 2), atol=0, rtol=0)
+        self.assertEqual(pz, zw.reshape(n // BN, BN, g).transpose(1, 2), atol=0, rtol=0)
+        self.assertEqual((ps.dtype, pz.dtype, pc.dtype), (torch.float32, torch.int8, torch.int32))
+        # compensation[n / 32, c, n % 32] = sum_{k in c} (w - zp)
+        wd = w.to(torch.int32) - zw.to(torch.int32).repeat_interleave(group_size, dim=1)
+        comp = wd.reshape(n, k // bk, bk).sum(-1, dtype=torch.int32).reshape(n // BN, BN, k // bk).transpose(1, 2)
+        self.assertEqual(pc, comp, atol=0, rtol=0)
+
+    def test_1d_scales(self):
+        # A 1-D scales/qzeros means one group over the whole of K (torchao unsqueezes).
+        gen = torch.Generator().manual_seed(0)
+        w, sw, zw = make_weight(32, 64, 64, gen)
+        got = prepack(w, sw.reshape(-1), zw.reshape(-1))
+        want = prepack(w, sw, zw)
+        for a, b in zip(got, want):
+            self.assertEqual(a, b, atol=0, rtol=0)
+
+    def test_converts_scale_and_zero_dtypes(self):
+        gen = torch.Generator().manual_seed(0)
+        w, sw, zw = make_weight(32, 64, 32, gen)
+        got = prepack(w, sw.double(), zw.to(torch.int32))
+        want = prepack(w, sw, zw)
+        for a, b in zip(got, want):
+            self.assertEqual(a, b, atol=0, rtol=0, exact_dtype=True)
+
+    def test_rejects(self):
+        w = torch.randint(0, 16, (64, 128), dtype=torch.uint8)
+        s, z = torch.ones(64, 4), torch.zeros(64, 4, dtype=torch.int8)
+        cases = [
+            ((w[:48], s[:48], z[:48]), "N=48 must be a multiple of 32"),
+            ((w.float(), s, z), "expected a 2-D uint8 weight"),
+            ((w[None], s, z), "expected a 2-D uint8 weight"),
+            ((w, torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)), "multiple of the number of groups"),
+            ((w, s, z[:, :2]), "qzeros must have the shape of scales"),
+            ((w[:, :6], torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)), "multiple of 4"),
+            ((w | 16, s, z), r"int4 in \[0, 15\]"),
+        ]
+        for args, msg in cases:
+            with self.assertRaisesRegex(RuntimeError, msg):
+                prepack(*args)
+
+
+@requires_kernel
+@instantiate_parametrized_tests
+class TestDa8w4Linear(TestCase):
+    @parametrize("isa", ISAS)
+    @parametrize("symmetric", (False, True))
+    @parametrize("out_dtype", OUT_DTYPES)
+    def test_matches_reference(self, isa, symmetric, out_dtype):
+        if not _isa_available(isa):
+            self.skipTest(f"{isa} not available on this CPU/build")
+        gen = torch.Generator().manual_seed(1234)
+        for i, (m_shape, k, n, group_size) in enumerate(SHAPES):
+            w, sw, zw = make_weight(n, k, group_size, gen)
+            x, sa, za = make_activation(m_shape, k, symmetric, gen)
+            packed = prepack(w, sw, zw)
+            for bias in (None, torch.randn(n, generator=gen)):
+                want = reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric)
+                with force_isa(isa):
+                    got = da8w4(x, sa, za, packed, bias, out_dtype)
+                    self.assertEqual(loader.last_isa(), isa)
+                self.assertEqual(got.shape, (*m_shape, n))
+                self.assertEqual(got.dtype, out_dtype)
+                self.assertEqual(
+                    got, want, atol=0, rtol=0,
+                    msg=f"shape #{i} {m_shape}x{k}x{n} gs={group_size} bias={bias is not None}",
+                )
+
+    @parametrize("symmetric", (False, True))
+    def test_isa_paths_agree(self, symmetric):
+        # Larger than the reference shapes: every row remainder of the 8-row (AVX-512)
+        # and 2-row (AVX2) blocks, several 64-row chunks and N blocks.
+        gen = torch.Generator().manual_seed(7)
+        m, k, n = 150, 384, 160
+        w, sw, zw = make_weight(n, k, 64, gen)
+        x, sa, za = make_activation((m,), k, symmetric, gen)
+        packed = prepack(w, sw, zw)
+        bias = torch.randn(n, generator=gen)
+        want = reference_linear(x, sa, za, w, sw, zw, bias, torch.float32, symmetric)
+        for isa in ISAS:
+            if _isa_available(isa):
+                with force_isa(isa):
+                    self.assertEqual(da8w4(x, sa, za, packed, bias, torch.float32), want, atol=0, rtol=0)
+
+    def test_extreme_values(self):
+        # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
+        for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):
+            n, k = 32, 256
+            w = torch.full((n, k), w_val, dtype=torch.uint8)
+            sw = torch.full((n, 2), 0.5)
+            zw = torch.full((n, 2), z_val, dtype=torch.int8)
+            dtype = torch.int8 if symmetric else torch.uint8
+            x = torch.full((2, k), a_val, dtype=dtype)
+            sa, za = torch.ones(2), torch.zeros(2, dtype=torch.int32)
+            want = reference_linear(x, sa, za, w, sw, zw, None, torch.float32, symmetric)
+            for isa in ISAS:
+                if _isa_available(isa):
+                    with force_isa(isa):
+                        got = da8w4(x, sa, za, prepack(w, sw, zw), None, torch.float32)
+                    self.assertEqual(got, want, atol=0, rtol=0)
+
+    def test_3d_input_is_flattened(self):
+        gen = torch.Generator().manual_seed(3)
+        w, sw, zw = make_weight(64, 128, 32, gen)
+        x, sa, za = make_activation((2, 3), 128, False, gen)
+        packed = prepack(w, sw, zw)
+        y3 = da8w4(x, sa, za, packed, None, torch.bfloat16)
+        y2 = da8w4(x.reshape(6, 128), sa, za, packed, None, torch.bfloat16)
+        self.assertEqual(y3.shape, (2, 3, 64))
+        self.assertEqual(y3.reshape(6, 64), y2, atol=0, rtol=0)
+
+    def test_non_contiguous_input(self):
+        gen = torch.Generator().manual_seed(4)
+        w, sw, zw = make_weight(32, 64, 32, gen)
+        x, sa, za = make_activation((8,), 128, False, gen)
+        x = x[:, ::2]
+        packed = prepack(w, sw, zw)
+        self.assertEqual(
+            da8w4(x, sa, za, packed, None, torch.float32),
+            da8w4(x.contiguous(), sa, za, packed, None, torch.float32),
+            atol=0, rtol=0,
+        )
+
+    def test_empty_m(self):
+        gen = torch.Generator().manual_seed(5)
+        packed = prepack(*make_weight(32, 64, 32, gen))
+        x = torch.empty(0, 64, dtype=torch.uint8)
+        e, ei = torch.empty(0), torch.empty(0, dtype=torch.int32)
+        self.assertEqual(da8w4(x, e, ei, packed, None, torch.float32).shape, (0, 32))
+
+    def test_symmetric_ignores_zero_points_and_compensation(self):
+        # Symmetric activations read neither input_qzeros nor compensation (as torchao).
+        gen = torch.Generator().manual_seed(6)
+        w, sw, zw = make_weight(32, 64, 32, gen)
+        x, sa, za = make_activation((4,), 64, True, gen)
+        pw, ps, pz, pc = prepack(w, sw, zw)
+        want = da8w4(x, sa, za, (pw, ps, pz, pc), None, torch.float32)
+        got = torch.ops.torchao.da8w4_linear_cpu(
+            x, sa, torch.full_like(za, 77), pw, ps, pz, torch.empty(0, dtype=torch.int32), None, torch.float32
+        )
+        self.assertEqual(got, want, atol=0, rtol=0)
+
+    def test_rejects(self):
+        gen = torch.Generator().manual_seed(8)
+        w, sw, zw = make_weight(64, 128, 32, gen)
+        pw, ps, pz, pc = prepack(w, sw, zw)
+        x, sa, za = make_activation((3,), 128, False, gen)
+        op = torch.ops.torchao.da8w4_linear_cpu
+
+        def call(**kw):
+            args = dict(input=x, input_scales=sa, input_qzeros=za, weight=pw, weight_scales=ps,
+                        weight_qzeros=pz, compensation=pc, bias=None, output_dtype=torch.float32)
+            args.update(kw)
+            return op(*args.values())
+
+        cases = [
+            (dict(input=x.float()), "input must be uint8 .* or int8"),
+            (dict(output_dtype=torch.int32), "output_dtype must be float32, bfloat16 or float16"),
+            (dict(input=x[:, :96]), r"input.size\(-1\)=96 does not match the weight's K=128"),
+            (dict(input_scales=sa[:2]), "one scale per row"),
+            (dict(input_qzeros=za[:2]), "input_qzeros must have the shape of input_scales"),
+            (dict(input_qzeros=za.long()), "input_qzeros of dtype Int"),
+            (dict(input_scales=sa.double()), "input_scales of dtype Float"),
+            (dict(weight=pw.reshape(2, 4, 64, 8)), r"weight.size\(3\) \* 2 must be the block size 32"),
+            (dict(weight=pw.reshape(2, 4, -1)), "expected a prepacked uint8 weight"),
+            (dict(weight_scales=ps[:1]), "expected weight_scales of shape"),
+            (dict(weight_qzeros=pz.int()), "weight_qzeros of dtype Char"),
+            (dict(compensation=pc[:, :2]), "expected compensation of shape"),
+            (dict(bias=torch.zeros(32)), r"expected bias of shape \[64\]"),
+            (dict(bias=torch.zeros(64, dtype=torch.bfloat16)), "bias of dtype Float"),
+        ]
+        for kw, msg in cases:
+            with self.assertRaisesRegex(RuntimeError, msg):
+                call(**kw)
+
+    def test_isa_env(self):
+        gen = torch.Generator().manual_seed(9)
+        w, sw, zw = make_weight(32, 64, 32, gen)
+        x, sa, za = make_activation((2,), 64, False, gen)
+        packed = prepack(w, sw, zw)
+        with force_isa("sse9"), self.assertRaisesRegex(RuntimeError, "unknown DA8W4_ISA=sse9"):
+            da8w4(x, sa, za, packed, None, torch.float32)
+        with force_isa("auto"):
+            da8w4(x, sa, za, packed, None, torch.float32)
+            self.assertEqual(loader.last_isa(), loader.best_isa())
+        with force_isa("scalar"):
+            da8w4(x, sa, za, packed, None, torch.float32)
+            self.assertEqual(loader.last_isa(), "scalar")
+
+
+@requires_kernel
+@instantiate_parametrized_tests
+class TestDa8w4Fake(TestCase):
+    @parametrize("group_size", (32, 256))
+    def test_fake_matches_real(self, group_size):
+        gen = torch.Generator().manual_seed(10)
+        w, sw, zw = make_weight(64, 512, group_size, gen)
+        x, sa, za = make_activation((2, 3), 512, False, gen)
+        real = prepack(w, sw, zw)
+        real_y = da8w4(x, sa, za, real, None, torch.bfloat16)
+        with FakeTensorMode() as mode:
+            fw, fsw, fzw = (mode.from_tensor(t) for t in (w, sw, zw))
+            fx, fsa, fza = (mode.from_tensor(t) for t in (x, sa, za))
+            fake = prepack(fw, fsw, fzw)
+            fake_y = da8w4(fx, fsa, fza, fake, None, torch.bfloat16)
+        for r, f in zip((*real, real_y), (*fake, fake_y)):
+            self.assertEqual((f.shape, f.dtype), (r.shape, r.dtype))
+
+    def test_meta(self):
+        pw, ps, pz, pc = prepack(*(t.to("meta") for t in make_weight(64, 256, 128, torch.Generator())))
+        self.assertEqual(pw.shape, (2, 2, 128, 16))
+        x = torch.empty(5, 256, dtype=torch.int8, device="meta")
+        y = torch.ops.torchao.da8w4_linear_cpu(
+            x, torch.empty(5, device="meta"), torch.empty(5, dtype=torch.int32, device="meta"),
+            pw, ps, pz, pc, None, torch.float16,
+        )
+        self.assertEqual((y.shape, y.dtype, y.device.type), ((5, 64), torch.float16, "meta"))
+
+    def test_fake_rejects(self):
+        with FakeTensorMode():
+            with self.assertRaisesRegex(RuntimeError, "must be a multiple of 32"):
+                prepack(torch.empty(48, 64, dtype=torch.uint8), torch.empty(48, 2), torch.empty(48, 2, dtype=torch.int8))
+            with self.assertRaisesRegex(RuntimeError, "does not match the weight's K"):
+                da8w4(
+                    torch.empty(3, 60, dtype=torch.uint8), torch.empty(3), torch.empty(3, dtype=torch.int32),
+                    (torch.empty(1, 2, 32, 16, dtype=torch.uint8), torch.empty(1, 2, 32),
+                     torch.empty(1, 2, 32, dtype=torch.int8), torch.empty(1, 2, 32, dtype=torch.int32)),
+                    None, torch.float32,
+                )
+
+    def test_compile_fullgraph_dynamic_m(self):
+        gen = torch.Generator().manual_seed(11)
+        w, sw, zw = make_weight(64, 128, 32, gen)
+        pw, ps, pz, pc = prepack(w, sw, zw)
+        bias = torch.randn(64, generator=gen)
+
+        def f(x, sa, za):
+            y = torch.ops.torchao.da8w4_linear_cpu(x, sa, za, pw, ps, pz, pc, bias, torch.float32)
+            return torch.relu(y) * 2.0
+
+        torch._dynamo.reset()
+        compiled = torch.compile(f, fullgraph=True, dynamic=True)
+        for m in (3, 8, 1):
+            x, sa, za = make_activation((m,), 128, False, gen)
+            got, (code,) = run_and_get_code(compiled, x, sa, za)
+            FileCheck().check("torch.ops.torchao.da8w4_linear_cpu.default").run(code)
+            self.assertEqual(got, f(x, sa, za), atol=0, rtol=0)
+        torch._dynamo.reset()
+
+
+if __name__ == "__main__":
+    run_tests()
