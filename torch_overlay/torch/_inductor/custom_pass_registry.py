@@ -40,8 +40,9 @@ Design
 * **Run order** for a stage is: the passes assigned to the config field (one
   callable, a list or a tuple, in their order), then the registered passes in
   registration order, adjusted by optional ``before=``/``after=`` names (a
-  stable topological sort: among passes free to run, the earliest registered
-  goes first).  Constraints naming a pass that is not registered are ignored
+  stable topological sort that keeps registration order except that a pass
+  with ``before=`` moves to just before the earliest pass it names, one with
+  ``after=`` to just after the latest).  Constraints naming a pass that is not registered are ignored
   (a library can order itself against another one that may not be installed);
   a registration that would create a cycle raises ``ValueError`` and changes
   nothing.  Names are unique per stage: registering a taken name raises rather
@@ -230,31 +231,42 @@ def _assigned(stage: CustomPassStage) -> tuple[Callable[..., Any], ...]:
 
 
 def _ordered(entries: Sequence[_Registration]) -> list[_Registration]:
-    """Registration order, adjusted by before/after; raises on a cycle."""
+    """Registration order, adjusted by before/after; raises on a cycle.
+
+    A stable topological sort: among the passes whose constraints are met, the
+    one with the smallest placement key runs next.  The key keeps registration
+    order, except that a pass with ``before=`` sits just before the earliest
+    pass it names and a pass with ``after=`` just after the latest one."""
     by_name = {e.name: e for e in entries}
     # edges[a] = names that must run after a
     edges: dict[str, set[str]] = {e.name: set() for e in entries}
+    placement: dict[str, tuple[int, int, int]] = {}
     for e in entries:
-        for other in e.before:
-            if other in by_name:
-                edges[e.name].add(other)
-        for other in e.after:
-            if other in by_name:
-                edges[other].add(e.name)
-    indegree = {name: 0 for name in by_name}
+        before = [n for n in e.before if n in by_name and n != e.name]
+        after = [n for n in e.after if n in by_name and n != e.name]
+        edges[e.name].update(before)
+        for other in after:
+            edges[other].add(e.name)
+        if before:
+            placement[e.name] = (min(by_name[n].seq for n in before), -1, e.seq)
+        elif after:
+            placement[e.name] = (max(by_name[n].seq for n in after), 1, e.seq)
+        else:
+            placement[e.name] = (e.seq, 0, e.seq)
+    indegree = dict.fromkeys(by_name, 0)
     for targets in edges.values():
         for target in targets:
             indegree[target] += 1
-    ready = sorted((by_name[n] for n, d in indegree.items() if d == 0), key=lambda e: e.seq)
+    ready = [n for n, d in indegree.items() if d == 0]
     order: list[_Registration] = []
     while ready:
+        ready.sort(key=placement.__getitem__)
         current = ready.pop(0)
-        order.append(current)
-        for target in edges[current.name]:
+        order.append(by_name[current])
+        for target in edges[current]:
             indegree[target] -= 1
             if indegree[target] == 0:
-                ready.append(by_name[target])
-                ready.sort(key=lambda e: e.seq)
+                ready.append(target)
     if len(order) != len(entries):
         stuck = sorted(n for n, d in indegree.items() if d > 0)
         raise ValueError(f"before/after constraints form a cycle among {stuck}")
