@@ -1,0 +1,143 @@
+"""Paired benchmark: our torchao::da8w4_linear_cpu kernel vs fp32 F.linear on CPU.
+
+Each round times both sides back to back on the same shape (our op on a prepacked
+int4 weight and a pre-quantised uint8 activation; F.linear on the fp32 weight), so
+the two see the same machine state. Reports the medians over rounds and the median of
+the per-round ratios. `op+quant` adds torchao's eager per-token activation
+quantisation to our side (what an eager caller pays; under torch.compile Inductor
+fuses it into one C++ kernel).
+
+    cmake -G Ninja -S . -B build && cmake --build build
+    python benchmarks/da8w4_kernel_cpu.py            # markdown table to stdout
+    DA8W4_ISA=avx2 python benchmarks/da8w4_kernel_cpu.py --shapes 1x4096x4096
+"""
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _import_loader():
+    path = REPO / "csrc" / "da8w4_linear_cpu.py"
+    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["da8w4_linear_cpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def quantize_per_token(x):
+    """torchao's asymmetric per-token uint8 activation quantisation, in eager ops."""
+    eps = torch.finfo(torch.float32).eps
+    mn = torch.clamp(x.amin(-1), max=0)
+    mx = torch.clamp(x.amax(-1), min=0)
+    scale = torch.clamp((mx - mn) / 255, min=eps)
+    zp = torch.clamp(-torch.round(mn / scale), 0, 255).to(torch.int32)
+    q = torch.clamp(torch.round(x / scale[:, None]) + zp[:, None], 0, 255).to(torch.uint8)
+    return q, scale, zp
+
+
+def time_once(fn, iters):
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+def bench_shape(m, k, n, group_size, rounds, min_time):
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=gen)
+    g = k // group_size
+    sw = torch.rand(n, g, generator=gen) * 0.01 + 1e-3
+    zw = torch.randint(0, 16, (n, g), dtype=torch.int8, generator=gen)
+    pw, ps, pz, pc = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+    w_fp32 = (w.float() - zw.float().repeat_interleave(group_size, 1)) * sw.repeat_interleave(group_size, 1)
+    bias = torch.randn(n, generator=gen)
+    x = torch.randn(m, k, generator=gen)
+    xq, sa, za = quantize_per_token(x)
+    op = torch.ops.torchao.da8w4_linear_cpu.default
+
+    def ours():
+        op(xq, sa, za, pw, ps, pz, pc, bias, torch.float32)
+
+    def ours_quant():
+        q, s, z = quantize_per_token(x)
+        op(q, s, z, pw, ps, pz, pc, bias, torch.float32)
+
+    def ref():
+        F.linear(x, w_fp32, bias)
+
+    # Sanity: the two compute the same linear up to the activation quantisation.
+    y, y_ref = op(xq, sa, za, pw, ps, pz, pc, bias, torch.float32), F.linear(x, w_fp32, bias)
+    rel = ((y - y_ref).norm() / y_ref.norm()).item()
+    assert rel < 2e-2, f"da8w4 output differs from F.linear by {rel:.3g} (relative)"
+
+    fns = {"ours": ours, "ours_quant": ours_quant, "ref": ref}
+    iters = {}
+    for name, fn in fns.items():  # warm up, then pick iterations per timing
+        for _ in range(3):
+            fn()
+        t = time_once(fn, 3)
+        iters[name] = max(1, int(min_time / max(t, 1e-7)))
+    times = {name: [] for name in fns}
+    ratios = []
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(time_once(fn, iters[name]))
+        ratios.append(times["ref"][-1] / times["ours"][-1])
+    med = {name: statistics.median(v) for name, v in times.items()}
+    return med, statistics.median(ratios), min(ratios), max(ratios)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="*", default=[
+        "1x4096x4096", "1x4096x6144", "1x4096x28672", "1x14336x4096",
+        "4x4096x4096", "32x4096x4096", "128x4096x4096",
+    ], help="MxKxN")
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--min-time", type=float, default=0.05, help="seconds per timing")
+    args = parser.parse_args()
+
+    loader = _import_loader()
+    if not loader.load():
+        sys.exit(f"da8w4 kernel not built: {loader.default_path()}")
+    print(f"Machine: {machine()}; da8w4 ISA: {os.environ.get('DA8W4_ISA') or loader.best_isa()}; "
+          f"group_size {args.group_size}; {args.rounds} paired rounds, medians")
+    print()
+    print("| M | K | N | fp32 F.linear (us) | da8w4 op (us) | da8w4 op+quant (us) | speedup (median [min, max]) |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for shape in args.shapes:
+        m, k, n = (int(v) for v in shape.split("x"))
+        med, ratio, lo, hi = bench_shape(m, k, n, args.group_size, args.rounds, args.min_time)
+        print(f"| {m} | {k} | {n} | {med['ref'] * 1e6:.0f} | {med['ours'] * 1e6:.0f} | "
+              f"{med['ours_quant'] * 1e6:.0f} | **{ratio:.2f}x** [{lo:.2f}, {hi:.2f}] |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
