@@ -1,0 +1,552 @@
+# Owner(s): ["module: inductor"]
+"""
+Tests for the post-grad pass that concatenates ``torchao::da8w4_linear_cpu``
+calls sharing a quantized activation (``config.cpp.enable_concat_linear`` with
+freezing).
+
+The op comes from torchao (or from a kernel built next to these patches).
+When no CPU kernel is registered, this file defines the op's schema (if
+needed), a pure-PyTorch reference CPU implementation of its math and a fake
+kernel in a test-local ``torch.library.Library``, so the pass is exercised in
+a plain PyTorch checkout too.
+"""
+
+import functools
+import operator
+
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    IS_LINUX,
+    parametrize,
+)
+from torch.testing._internal.inductor_utils import HAS_CPU
+
+
+BLOCK_N = 32
+OP_STR = "torch.ops.torchao.da8w4_linear_cpu.default("
+
+_LINEAR_SCHEMA = (
+    "da8w4_linear_cpu(Tensor input, Tensor input_scales, Tensor input_qzeros, "
+    "Tensor weight, Tensor weight_scales, Tensor weight_qzeros, "
+    "Tensor compensation, Tensor? bias, ScalarType output_dtype) -> Tensor"
+)
+_PREPACK_SCHEMA = (
+    "da8w4_linear_prepack_cpu(Tensor weight, Tensor scales, Tensor qzeros) "
+    "-> (Tensor, Tensor, Tensor, Tensor)"
+)
+
+
+def _has_op(name):
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"torchao::{name}", "CPU"
+    ) if _has_schema(name) else False
+
+
+def _has_schema(name):
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"torchao::{name}", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _block_k(k, groups):
+    return min(k // groups, 128)
+
+
+def _ref_prepack(weight, scales, qzeros):
+    """Plain (non-AMX) nibble layout: tile byte k*BN/2 + n/2, even n low."""
+    n, k = weight.shape
+    if scales.dim() == 1:
+        scales = scales.unsqueeze(1)
+        qzeros = qzeros.unsqueeze(1)
+    groups = scales.shape[1]
+    bk = _block_k(k, groups)
+    nc, kc = n // BLOCK_N, k // bk
+    w = weight.to(torch.uint8)
+    tile = w.view(nc, BLOCK_N, kc, bk).permute(0, 2, 3, 1)  # [Nc, Kc, BK, BN]
+    packed = (tile[..., 0::2] | (tile[..., 1::2] << 4)).contiguous()
+    blocked_scales = scales.float().view(nc, BLOCK_N, groups).transpose(1, 2)
+    blocked_zeros = qzeros.to(torch.int8).view(nc, BLOCK_N, groups).transpose(1, 2)
+    zp_per_block = qzeros.to(torch.int32).repeat_interleave(kc // groups, dim=1)
+    comp = w.to(torch.int32).view(n, kc, bk).sum(-1) - bk * zp_per_block
+    comp = comp.view(nc, BLOCK_N, kc).transpose(1, 2)
+    return (
+        packed,
+        blocked_scales.contiguous(),
+        blocked_zeros.contiguous(),
+        comp.contiguous().to(torch.int32),
+    )
+
+
+def _ref_linear(
+    input,
+    input_scales,
+    input_qzeros,
+    weight,
+    weight_scales,
+    weight_qzeros,
+    compensation,
+    bias,
+    output_dtype,
+):
+    """The op's math: exact int32 per k-block, then fp32 dequant in order."""
+    nc, kc, bk, half_bn = weight.shape
+    bn = half_bn * 2
+    n, k = nc * bn, kc * bk
+    groups = weight_scales.shape[1]
+    m = input.numel() // k
+    a = input.reshape(m, k).to(torch.float64)
+    if input.dtype == torch.uint8:
+        a = a - input_qzeros.reshape(m, 1).to(torch.float64)
+    tile = torch.stack([weight & 0xF, weight >> 4], dim=-1).reshape(nc, kc, bk, bn)
+    w = tile.permute(0, 3, 1, 2).reshape(n, kc, bk).to(torch.float64)
+    zw = weight_qzeros.transpose(1, 2).reshape(n, groups).to(torch.float64)
+    sw = weight_scales.transpose(1, 2).reshape(n, groups)
+    per_group = kc // groups
+    zw = zw.repeat_interleave(per_group, dim=1)  # [N, Kc]
+    sw = sw.repeat_interleave(per_group, dim=1)
+    w = w - zw.unsqueeze(-1)
+    partial = torch.einsum("mcb,ncb->cmn", a.view(m, kc, bk), w).float()
+    sa = input_scales.reshape(m, 1).float()
+    acc = torch.zeros(m, n) if bias is None else bias.float().expand(m, n).clone()
+    for c in range(kc):
+        acc = acc + (partial[c] * sa) * sw[:, c]
+    return acc.to(output_dtype).reshape(*input.shape[:-1], n)
+
+
+def _fake_linear(input, input_scales, input_qzeros, weight, *args):
+    output_dtype = args[-1]
+    n = weight.size(0) * weight.size(3) * 2
+    return input.new_empty((*input.shape[:-1], n), dtype=output_dtype)
+
+
+_REFERENCE_LIB = None
+
+
+def _ensure_ops():
+    """Use the registered CPU kernel if there is one; else the reference."""
+    global _REFERENCE_LIB
+    if _has_op("da8w4_linear_cpu") and _has_op("da8w4_linear_prepack_cpu"):
+        return "kernel"
+    if _REFERENCE_LIB is None:
+        lib = torch.library.Library("torchao", "FRAGMENT")  # noqa: TOR901
+        if not _has_schema("da8w4_linear_prepack_cpu"):
+            lib.define(_PREPACK_SCHEMA)
+        if not _has_schema("da8w4_linear_cpu"):
+            lib.define(_LINEAR_SCHEMA)
+        lib.impl("da8w4_linear_prepack_cpu", _ref_prepack, "CPU")
+        lib.impl("da8w4_linear_cpu", _ref_linear, "CPU")
+        torch.library.register_fake("torchao::da8w4_linear_cpu", _fake_linear, lib=lib)
+        _REFERENCE_LIB = lib
+    return "reference"
+
+
+def _quantize_weight(w, group_size):
+    """Asymmetric per-group uint4 (0..15), as torchao's from_hp_da8w4."""
+    n, k = w.shape
+    g = w.view(n, k // group_size, group_size)
+    minv = g.amin(-1).clamp(max=0)
+    maxv = g.amax(-1).clamp(min=0)
+    scale = ((maxv - minv) / 15).clamp(min=1e-6)
+    zp = (-torch.round(minv / scale)).clamp(0, 15)
+    q = (torch.round(g / scale.unsqueeze(-1)) + zp.unsqueeze(-1)).clamp(0, 15)
+    return q.view(n, k).to(torch.uint8), scale.float(), zp.to(torch.int8)
+
+
+def _quantize_act(x, symmetric):
+    """Dynamic per-token quantization of a 2-D activation, as torchao does."""
+    eps = torch.finfo(torch.float32).eps
+    if symmetric:
+        amax = x.abs().amax(-1, keepdim=True)
+        scale = (amax / 127).clamp(min=eps).float()
+        q = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
+        zp = torch.zeros_like(scale, dtype=torch.int32)
+    else:
+        minv = x.amin(-1, keepdim=True).clamp(max=0)
+        maxv = x.amax(-1, keepdim=True).clamp(min=0)
+        scale = ((maxv - minv) / 255).clamp(min=eps).float()
+        zp = (-torch.round(minv / scale)).clamp(0, 255).to(torch.int32)
+        q = (torch.round(x / scale) + zp).clamp(0, 255).to(torch.uint8)
+    return q.contiguous(), scale.reshape(-1), zp.reshape(-1)
+
+
+class Da8w4Linears(nn.Module):
+    """Several da8w4 linears on one input, the way torchao's flow calls them.
+
+    Each linear quantizes the activation itself; freezing's CSE merges those
+    chains so the calls share one quantized activation.
+    """
+
+    def __init__(
+        self,
+        k,
+        out_features,
+        bias=False,
+        group_sizes=None,
+        symmetric=False,
+        keep_3d=False,
+        use_kwargs=False,
+    ):
+        super().__init__()
+        self.k = k
+        self.out_features = list(out_features)
+        self.symmetric = symmetric
+        self.keep_3d = keep_3d
+        self.use_kwargs = use_kwargs
+        if not isinstance(bias, (list, tuple)):
+            bias = [bias] * len(self.out_features)
+        group_sizes = group_sizes or [32] * len(self.out_features)
+        for i, (n, gs) in enumerate(zip(self.out_features, group_sizes)):
+            q, scale, zp = _quantize_weight(torch.randn(n, k), gs)
+            packed = torch.ops.torchao.da8w4_linear_prepack_cpu(q, scale, zp)
+            for name, t in zip(("qweight", "qscales", "qzeros", "comp"), packed):
+                self.register_buffer(f"{name}{i}", t)
+            b = nn.Parameter(torch.randn(n), requires_grad=False) if bias[i] else None
+            self.register_parameter(f"bias{i}", b)
+
+    def linear(self, x, i, output_dtype=None):
+        x2 = x.reshape(-1, self.k)
+        xq, xs, xz = _quantize_act(x2, self.symmetric)
+        if self.keep_3d:
+            xq = xq.view(*x.shape[:-1], self.k)
+        b = getattr(self, f"bias{i}")
+        args = dict(
+            input=xq,
+            input_scales=xs,
+            input_qzeros=xz,
+            weight=getattr(self, f"qweight{i}"),
+            weight_scales=getattr(self, f"qscales{i}"),
+            weight_qzeros=getattr(self, f"qzeros{i}"),
+            compensation=getattr(self, f"comp{i}"),
+            bias=None if b is None else b.float(),
+            output_dtype=output_dtype or x.dtype,
+        )
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        y = op(**args) if self.use_kwargs else op(*args.values())
+        return y.reshape(*x.shape[:-1], self.out_features[i])
+
+    def forward(self, x):
+        return [self.linear(x, i) for i in range(len(self.out_features))]
+
+
+@instantiate_parametrized_tests
+class Da8w4ConcatLinearTest(TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.backend = _ensure_ops()
+
+    def _compile(self, mod, *inputs, concat=True, freezing=True, dynamic=None):
+        torch._dynamo.reset()
+        counters.clear()
+        with inductor_config.patch(
+            {"freezing": freezing, "cpp.enable_concat_linear": concat}
+        ), torch.no_grad():
+            fn = torch.compile(mod, dynamic=dynamic)
+            out, (code,) = run_and_get_code(fn, *inputs)
+            ctrs = dict(counters["inductor"])
+            extra = [fn(*i) for i in getattr(self, "_more_inputs", [])]
+        return out, code, ctrs, extra
+
+    def common(
+        self,
+        mod,
+        inputs,
+        expected_calls,
+        expected_fusions,
+        more_inputs=(),
+        dynamic=None,
+    ):
+        """Fused vs unfused compile: bit-identical; op count; counters.
+
+        Without an expected fusion the graph is the unfused one, so only the
+        counters, the op count and eager parity are checked.
+        """
+        self._more_inputs = [tuple(i) for i in more_inputs]
+        if expected_fusions:
+            ref, _, ref_counters, ref_extra = self._compile(
+                mod, *inputs, concat=False, dynamic=dynamic
+            )
+            self.assertEqual(ref_counters.get("da8w4_concat_linear", 0), 0)
+        out, code, fused_counters, extra = self._compile(
+            mod, *inputs, concat=True, dynamic=dynamic
+        )
+        self.assertEqual(
+            fused_counters.get("da8w4_concat_linear", 0), expected_fusions, msg=code
+        )
+        FileCheck().check_count(OP_STR, expected_calls, exactly=True).run(code)
+        # Each fused call reads concatenated constants; nothing else does.
+        fused_calls = [
+            line
+            for line in code.splitlines()
+            if OP_STR in line and "_da8w4_concat_weight," in line
+        ]
+        self.assertEqual(len(fused_calls), expected_fusions)
+        if expected_fusions:
+            for a, b in zip([ref, *ref_extra], [out, *extra]):
+                for x, y in zip(a, b):
+                    self.assertEqual(x.shape, y.shape)
+                    self.assertEqual(x.dtype, y.dtype)
+                    self.assertTrue(torch.equal(x, y), "fused differs from unfused")
+        # And close to eager: the compiled activation quantization may round
+        # a value to the neighbouring step, so allow a few steps of error.
+        with torch.no_grad():
+            eager = mod(*inputs)
+        self.assertClose(eager, out)
+        return code
+
+    def assertClose(self, eager, out):
+        for x, y in zip(eager, out):
+            atol = 2e-2 * x.float().abs().max().item()
+            self.assertEqual(x.float(), y.float(), atol=atol, rtol=0)
+
+    @parametrize("bias,symmetric", [(True, False), (False, True)])
+    def test_da8w4_concat_linear_qkv(self, bias, symmetric):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [64, 32, 32], bias=bias, symmetric=symmetric).eval()
+        self.common(mod, (torch.randn(5, 64),), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_gate_up_3d_bf16(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [96, 96], keep_3d=True).eval()
+        x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+        self.common(mod, (x,), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_group_size_256(self):
+        # BK = 128 for both; G differs only when group_size > 128.
+        torch.manual_seed(0)
+        mod = Da8w4Linears(512, [32, 32, 32], group_sizes=[256, 128, 256]).eval()
+        code = self.common(
+            mod, (torch.randn(3, 512),), expected_calls=2, expected_fusions=1
+        )
+        FileCheck().check_count(OP_STR, 2, exactly=True).run(code)
+
+    def test_da8w4_concat_linear_mixed_bias(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 64, 32], bias=[True, False, True]).eval()
+        self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_kwargs(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 32], bias=True, use_kwargs=True).eval()
+        self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_partial_group_foreign_user(self):
+        torch.manual_seed(0)
+
+        class M(Da8w4Linears):
+            def forward(self, x):
+                q, k, v = (self.linear(x, i) for i in range(3))
+                xq, _, _ = _quantize_act(x.reshape(-1, self.k), self.symmetric)
+                # A foreign user of the quantized activation, and a linear
+                # that cannot join (different group size -> different BK).
+                other = self.linear(x, 3)
+                return q, k, v, other, xq.float().sum(-1)
+
+        mod = M(128, [32, 64, 32, 32], group_sizes=[32, 32, 32, 64]).eval()
+        self.common(mod, (torch.randn(3, 128),), expected_calls=2, expected_fusions=1)
+
+    def test_da8w4_concat_linear_two_groups(self):
+        torch.manual_seed(0)
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attn = Da8w4Linears(64, [64, 32, 32])
+                self.mlp = Da8w4Linears(64, [96, 96])
+
+            def forward(self, x):
+                q, k, v = self.attn(x)
+                gate, up = self.mlp(x * 2)
+                return q + k.repeat(1, 2) + v.repeat(1, 2), gate * up
+
+        self.common(
+            M().eval(), (torch.randn(4, 64),), expected_calls=2, expected_fusions=2
+        )
+
+    def test_da8w4_concat_linear_output_dtype_mismatch(self):
+        torch.manual_seed(0)
+
+        class M(Da8w4Linears):
+            def forward(self, x):
+                return (
+                    self.linear(x, 0),
+                    self.linear(x, 1, output_dtype=torch.bfloat16),
+                )
+
+        mod = M(64, [32, 32]).eval()
+        self.common(mod, (torch.randn(4, 64),), expected_calls=2, expected_fusions=0)
+
+    def test_da8w4_concat_linear_different_activation(self):
+        torch.manual_seed(0)
+
+        class M(Da8w4Linears):
+            def forward(self, x, y):
+                return self.linear(x, 0), self.linear(y, 1)
+
+        mod = M(64, [32, 32]).eval()
+        inputs = (torch.randn(4, 64), torch.randn(4, 64))
+        self.common(mod, inputs, expected_calls=2, expected_fusions=0)
+
+    def test_da8w4_concat_linear_non_constant_weight(self):
+        torch.manual_seed(0)
+
+        class M(Da8w4Linears):
+            def forward(self, x, w1):
+                xq, xs, xz = _quantize_act(x, self.symmetric)
+                op = torch.ops.torchao.da8w4_linear_cpu.default
+                a = op(xq, xs, xz, self.qweight0, self.qscales0, self.qzeros0,
+                       self.comp0, None, x.dtype)
+                b = op(xq, xs, xz, w1, self.qscales1, self.qzeros1,
+                       self.comp1, None, x.dtype)
+                return a, b
+
+        mod = M(64, [32, 32]).eval()
+        inputs = (torch.randn(4, 64), mod.qweight1.clone())
+        self.common(mod, inputs, expected_calls=2, expected_fusions=0)
+
+    def test_da8w4_concat_linear_dynamic_m(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [64, 32, 32], bias=True).eval()
+        x = torch.randn(6, 64)
+        torch._dynamo.mark_dynamic(x, 0)
+        code = self.common(
+            mod,
+            (x,),
+            expected_calls=1,
+            expected_fusions=1,
+            more_inputs=[(torch.randn(1, 64),), (torch.randn(17, 64),)],
+        )
+        del code
+
+    def test_da8w4_concat_linear_dynamic_true_3d(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 32], keep_3d=True).eval()
+        self.common(
+            mod,
+            (torch.randn(2, 5, 64),),
+            expected_calls=1,
+            expected_fusions=1,
+            more_inputs=[(torch.randn(3, 7, 64),)],
+            dynamic=True,
+        )
+
+    def test_da8w4_concat_linear_flag_off(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 32]).eval()
+        x = torch.randn(4, 64)
+        _, code, ctrs, _ = self._compile(mod, x, concat=False)
+        self.assertEqual(ctrs.get("da8w4_concat_linear", 0), 0)
+        FileCheck().check_count(OP_STR, 2, exactly=True).run(code)
+        _, code, ctrs, _ = self._compile(mod, x, concat=True, freezing=False)
+        self.assertEqual(ctrs.get("da8w4_concat_linear", 0), 0)
+        FileCheck().check_count(OP_STR, 2, exactly=True).run(code)
+
+
+def _compile_and_capture_post_grad(mod, x):
+    """Compile ``mod`` frozen with the pass on; return the post-grad graph
+    module (captured by a custom post pass) and the compiled output."""
+    captured = {}
+
+    def capture(graph):
+        captured["gm"] = graph.owning_module
+
+    torch._dynamo.reset()
+    counters.clear()
+    with inductor_config.patch(
+        {
+            "freezing": True,
+            "cpp.enable_concat_linear": True,
+            "post_grad_custom_post_pass": capture,
+        }
+    ), torch.no_grad():
+        out = torch.compile(mod)(x)
+    return captured["gm"], out
+
+
+@instantiate_parametrized_tests
+class Da8w4ConcatLinearGraphTest(TestCase):
+    """The rewrite itself, checked on the graph."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        _ensure_ops()
+
+    def _targets(self, gm, target):
+        return gm.graph.find_nodes(op="call_function", target=target)
+
+    def test_da8w4_concat_linear_graph_views_and_clones(self):
+        torch.manual_seed(0)
+
+        @torch.library.custom_op("da8w4_concat_linear_test::consume", mutates_args=())
+        def consume(x: torch.Tensor) -> torch.Tensor:
+            return x.contiguous() * 2
+
+        @consume.register_fake
+        def _(x):
+            return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+        class M(Da8w4Linears):
+            def forward(self, x):
+                q, k, v = super().forward(x)
+                # q: view chain into pointwise (strided view is fine),
+                # k: into a custom op (needs its own contiguous copy),
+                # v: returned (graph output keeps eager's layout).
+                return (q.view(4, 2, 32) + 1).sum(1), consume(k), v
+
+        mod = M(64, [64, 32, 32]).eval()
+        x = torch.randn(4, 64)
+        gm, out = _compile_and_capture_post_grad(mod, x)
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        self.assertEqual(len(self._targets(gm, op)), 1)
+        self.assertEqual(len(self._targets(gm, torch.ops.aten.split_with_sizes.default)), 1)
+        clones = self._targets(gm, torch.ops.aten.clone.default)
+        self.assertEqual(len(clones), 2)
+        for c in clones:
+            self.assertTrue(c.meta["val"].is_contiguous())
+        fused = self._targets(gm, op)[0]
+        self.assertEqual(tuple(fused.meta["val"].shape), (4, 128))
+        getitems = [
+            n for n in gm.graph.nodes
+            if n.target is operator.getitem and n.args[0].target == torch.ops.aten.split_with_sizes.default
+        ]
+        self.assertEqual([tuple(g.meta["val"].shape) for g in getitems], [(4, 64), (4, 32), (4, 32)])
+        self.assertEqual(getitems[0].meta["val"].stride(), (128, 1))
+        # Numerics through all three consumers.
+        with torch.no_grad():
+            eager = mod(x)
+        for a, b in zip(eager, out):
+            atol = 2e-2 * a.abs().max().item()
+            self.assertEqual(a, b, atol=atol, rtol=0)
+        self.assertTrue(out[2].is_contiguous())
+
+    def test_da8w4_concat_linear_graph_drops_old_constants(self):
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 32, 64], bias=True).eval()
+        gm, _ = _compile_and_capture_post_grad(mod, torch.randn(4, 64))
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        (fused,) = self._targets(gm, op)
+        attrs = [n.target for n in gm.graph.find_nodes(op="get_attr")]
+        # Only the concatenated constants remain, and the module holds no
+        # attribute that no node reads.
+        self.assertEqual(len(attrs), 5)
+        for a in fused.args[3:8]:
+            self.assertEqual(a.op, "get_attr")
+            self.assertEqual(a.meta["val"].shape, getattr(gm, a.target).shape)
+        tensors = {n for n, _ in gm.named_buffers()} | {n for n, _ in gm.named_parameters()}
+        self.assertEqual(tensors, set(attrs))
+        self.assertEqual(getattr(gm, fused.args[3].target).shape[0], 4)
+
+
+if __name__ == "__main__":
+    if IS_LINUX and HAS_CPU:
+        run_tests()

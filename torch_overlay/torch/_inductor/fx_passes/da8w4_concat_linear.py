@@ -1,0 +1,526 @@
+"""
+Concat-linear for ``torchao::da8w4_linear_cpu`` (dynamic int8 activation, int4
+weight) on CPU.
+
+With ``Int8DynamicActivationInt4WeightConfig`` a transformer layer quantizes
+its activation once (after freezing's CSE) and then calls
+``torchao::da8w4_linear_cpu`` several times on it: Q, K and V; gate and up.
+Every call re-reads the quantized activation and synchronizes its threads, so
+one call on weights concatenated along N followed by a split is faster.
+
+This pass rewrites::
+
+    y_i = da8w4_linear_cpu(x, xs, xz, w_i, ws_i, wz_i, comp_i, b_i, dtype)
+
+for two or more calls sharing ``x``, ``xs`` and ``xz`` into::
+
+    y = da8w4_linear_cpu(x, xs, xz, cat(w_i), cat(ws_i), cat(wz_i),
+                         cat(comp_i), cat(b_i), dtype)
+    y_0, y_1, ... = split_with_sizes(y, [N_0, N_1, ...], -1)
+
+The packed operands are blocked along N in tiles of ``BN`` output channels
+(weight ``[N/BN, K/BK, BK, BN/2]``, scales and zero points ``[N/BN, G, BN]``,
+compensation ``[N/BN, K/BK, BN]``) and every output channel is computed
+independently of the others, so concatenating along dim 0 gives exactly the
+same numbers as the separate calls.  This holds for every packed layout the
+op uses (the AMX VNNI layout and the plain nibble layout), because they only
+permute bytes inside one N tile.
+
+It runs in post-grad, only with freezing (the packed weights must be constants,
+i.e. ``get_attr`` nodes) and ``config.cpp.enable_concat_linear``.
+
+Decisions:
+
+* Calls are grouped by (activation, scales, zero points, output dtype, BK,
+  K/BK, G, BN).  Compatible subsets are fused even if the activation has other
+  users (other linears, residual adds ...).
+* Bias on some calls and not on others: the group is still fused, with zeros
+  for the calls without bias.  The kernel starts its fp32 accumulator at
+  ``bias[n]`` or at ``+0.0``, and ``+0.0 + x == x`` exactly, so this is
+  bit-for-bit equal to the separate calls.
+* The split outputs are strided views of the fused output.  A view is handed
+  to a consumer only when that consumer (and, through view ops, everything
+  reading the same storage) is an ATen op whose meaning does not depend on the
+  layout of its input; graph outputs, custom ops and ``as_strided``-like ops
+  get one contiguous ``clone`` instead.
+* The old constants are removed from the graph module once nothing uses them,
+  so the frozen module does not keep the unfused copies alive next to the
+  concatenated ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch._dynamo.utils import counters
+from torch._guards import detect_fake_mode
+from torch.utils._ordered_set import OrderedSet
+
+from .. import config
+
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+# da8w4_linear_cpu(Tensor input, Tensor input_scales, Tensor input_qzeros,
+#     Tensor weight, Tensor weight_scales, Tensor weight_qzeros,
+#     Tensor compensation, Tensor? bias, ScalarType output_dtype) -> Tensor
+_ARG_NAMES = (
+    "input",
+    "input_scales",
+    "input_qzeros",
+    "weight",
+    "weight_scales",
+    "weight_qzeros",
+    "compensation",
+    "bias",
+    "output_dtype",
+)
+# The operands that are concatenated: they must be frozen constants.
+_PACKED_ARGS = ("weight", "weight_scales", "weight_qzeros", "compensation")
+_PACKED_DTYPES = {
+    "weight": torch.uint8,
+    "weight_scales": torch.float32,
+    "weight_qzeros": torch.int8,
+    "compensation": torch.int32,
+}
+_OUTPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# Consumers whose result depends on the storage layout of their input: they
+# never get a strided view of the fused output.
+_LAYOUT_SENSITIVE_OPS = OrderedSet(
+    [
+        aten.as_strided.default,
+        aten.as_strided_.default,
+        aten.as_strided_scatter.default,
+        aten.resize.default,
+        aten.resize_.default,
+        aten.resize_as.default,
+        aten.resize_as_.default,
+        aten.set_.source_Tensor,
+    ]
+)
+_MAX_VIEW_CHAIN = 8
+
+# Measurement seam for benchmarks/da8w4_concat_linear_cpu.py: when True, every
+# split output is cloned to a contiguous tensor (what torchao's pass does).
+_always_clone_outputs = False
+
+
+def _da8w4_linear_op() -> torch._ops.OpOverload | None:
+    try:
+        return torch.ops.torchao.da8w4_linear_cpu.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _normalize_args(node: torch.fx.Node) -> dict[str, Any] | None:
+    """Map the call's positional and keyword arguments to schema names."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    names = [a.name for a in schema.arguments]
+    if tuple(names) != _ARG_NAMES or len(node.args) > len(names):
+        return None
+    bound: dict[str, Any] = dict(zip(names, node.args))
+    for name, value in node.kwargs.items():
+        if name not in names or name in bound:
+            return None
+        bound[name] = value
+    for arg in schema.arguments:
+        if arg.name not in bound:
+            if not arg.has_default_value():
+                return None
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def _get_attr_tensor(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
+    """The frozen constant behind ``node``, or None if it is not a constant."""
+    if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
+        return None
+    obj: Any = gm
+    for atom in str(node.target).split("."):
+        obj = getattr(obj, atom, None)
+        if obj is None:
+            return None
+    return obj if isinstance(obj, torch.Tensor) else None
+
+
+@dataclass
+class _Da8w4Linear:
+    """One ``da8w4_linear_cpu`` call whose packed operands are frozen constants."""
+
+    node: torch.fx.Node
+    args: dict[str, Any]
+    out_features: int
+    block_k: int
+    k_blocks: int
+    groups: int
+    block_n: int
+
+    @property
+    def activation_key(self) -> tuple[Any, ...]:
+        return (
+            self.args["input"],
+            self.args["input_scales"],
+            self.args["input_qzeros"],
+            self.args["output_dtype"],
+            self.block_k,
+            self.k_blocks,
+            self.groups,
+            self.block_n,
+        )
+
+    @classmethod
+    def from_node(
+        cls, gm: torch.fx.GraphModule, node: torch.fx.Node
+    ) -> _Da8w4Linear | None:
+        if not can_concat_da8w4_linear(gm, node):
+            return None
+        args = _normalize_args(node)
+        assert args is not None  # checked by can_concat_da8w4_linear
+        wq = _get_attr_tensor(gm, args["weight"])
+        ws = _get_attr_tensor(gm, args["weight_scales"])
+        assert wq is not None and ws is not None
+        n_blocks, k_blocks, block_k, half_bn = wq.shape
+        return cls(
+            node=node,
+            args=args,
+            out_features=n_blocks * half_bn * 2,
+            block_k=block_k,
+            k_blocks=k_blocks,
+            groups=ws.shape[1],
+            block_n=half_bn * 2,
+        )
+
+    def constant(self, gm: torch.fx.GraphModule, name: str) -> torch.Tensor | None:
+        return _get_attr_tensor(gm, self.args[name])
+
+
+def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Is it safe to make ``node`` part of a concatenated call?
+
+    Checks that every operand we concatenate is a frozen constant with the
+    packed shapes and dtypes the op defines, and that the shapes agree with
+    each other and with the activation.  Cheap; no profitability here.
+    """
+    args = _normalize_args(node)
+    if args is None:
+        log.debug("skipping da8w4_concat_linear: cannot bind arguments of %s", node)
+        return False
+    val = node.meta.get("val")
+    act = args["input"]
+    act_val = act.meta.get("val") if isinstance(act, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not isinstance(act_val, torch.Tensor):
+        log.debug("skipping da8w4_concat_linear: %s has no fake tensor metadata", node)
+        return False
+    if val.device.type != "cpu" or act_val.device.type != "cpu":
+        log.debug("skipping da8w4_concat_linear: %s is not on CPU", node)
+        return False
+    if args["output_dtype"] not in _OUTPUT_DTYPES or val.dtype != args["output_dtype"]:
+        log.debug("skipping da8w4_concat_linear: %s has unsupported output dtype", node)
+        return False
+    for name in ("input_scales", "input_qzeros"):
+        if not isinstance(args[name], torch.fx.Node):
+            log.debug("skipping da8w4_concat_linear: %s of %s is not a node", name, node)
+            return False
+
+    consts: dict[str, torch.Tensor] = {}
+    for name in (*_PACKED_ARGS, "bias"):
+        if name == "bias" and args["bias"] is None:
+            continue
+        t = _get_attr_tensor(gm, args[name])
+        if t is None:
+            log.debug(
+                "skipping da8w4_concat_linear: %s of %s is not a frozen constant",
+                name,
+                node,
+            )
+            return False
+        if t.device.type != "cpu":
+            log.debug("skipping da8w4_concat_linear: %s of %s is not on CPU", name, node)
+            return False
+        if name in _PACKED_DTYPES and t.dtype != _PACKED_DTYPES[name]:
+            log.debug(
+                "skipping da8w4_concat_linear: %s of %s has dtype %s", name, node, t.dtype
+            )
+            return False
+        consts[name] = t
+
+    wq = consts["weight"]
+    if wq.dim() != 4:
+        log.debug("skipping da8w4_concat_linear: weight of %s is not 4-D", node)
+        return False
+    n_blocks, k_blocks, block_k, half_bn = wq.shape
+    block_n = half_bn * 2
+    scales = consts["weight_scales"]
+    if scales.dim() != 3 or scales.shape[0] != n_blocks or scales.shape[2] != block_n:
+        log.debug("skipping da8w4_concat_linear: weight_scales of %s mismatch", node)
+        return False
+    groups = scales.shape[1]
+    if (
+        consts["weight_qzeros"].shape != scales.shape
+        or tuple(consts["compensation"].shape) != (n_blocks, k_blocks, block_n)
+        or groups == 0
+        or k_blocks % groups != 0
+    ):
+        log.debug("skipping da8w4_concat_linear: packed operands of %s mismatch", node)
+        return False
+    bias = consts.get("bias")
+    if bias is not None and (
+        bias.dtype != torch.float32 or tuple(bias.shape) != (n_blocks * block_n,)
+    ):
+        log.debug("skipping da8w4_concat_linear: bias of %s is not fp32 [N]", node)
+        return False
+
+    # Leading (M) dims may be dynamic; K must be static.
+    if act_val.dim() < 2 or not isinstance(act_val.shape[-1], int):
+        log.debug("skipping da8w4_concat_linear: activation of %s is not [..., K]", node)
+        return False
+    if act_val.shape[-1] != k_blocks * block_k:
+        log.debug("skipping da8w4_concat_linear: K of %s does not match weight", node)
+        return False
+    if val.shape[-1] != n_blocks * block_n:
+        log.debug("skipping da8w4_concat_linear: N of %s does not match weight", node)
+        return False
+    return True
+
+
+def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
+    """Is it worth fusing this compatible group?
+
+    One call instead of several reads the quantized activation once and
+    synchronizes the threads once; on the Llama-3.1-8B shapes this is never
+    slower (benchmarks/da8w4_concat_linear_cpu.py), so any group of two or
+    more is fused.
+    """
+    if len(linears) < 2:
+        log.debug(
+            "skipping da8w4_concat_linear: %s has no compatible partner",
+            linears[0].node,
+        )
+        return False
+    return True
+
+
+def _view_accepts_strided(
+    user: torch.fx.Node, old: torch.fx.Node, new_val: Any, fake_mode: Any, depth: int
+) -> bool:
+    """Can ``user`` read ``new_val`` (a strided view) in place of ``old``?
+
+    Pointwise, reduction and matmul ATen ops are layout-agnostic.  For view
+    ops the check recurses into their users with the new (strided) result,
+    rejecting views that would no longer be valid.
+    """
+    if user.op != "call_function":
+        return False
+    if user.target is operator.getitem:
+        if not isinstance(new_val, (list, tuple)):
+            return False
+        item = new_val[user.args[1]]  # type: ignore[index]
+        return all(
+            _view_accepts_strided(u, user, item, fake_mode, depth + 1)
+            for u in user.users
+        )
+    target = user.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target.namespace not in ("aten", "prims") or target in _LAYOUT_SENSITIVE_OPS:
+        return False
+    if not target.is_view:
+        return True
+    if depth >= _MAX_VIEW_CHAIN:
+        return False
+
+    def fake(a: Any) -> Any:
+        if a is old:
+            return new_val
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+    args, kwargs = torch.utils._pytree.tree_map(fake, (user.args, user.kwargs))
+    try:
+        with fake_mode:
+            out = target(*args, **kwargs)
+    except Exception:  # e.g. aten.view on incompatible strides
+        return False
+    return all(
+        _view_accepts_strided(u, user, out, fake_mode, depth + 1) for u in user.users
+    )
+
+
+@dataclass
+class Da8w4ConcatLinearMatch:
+    """Two or more compatible calls on one activation; owns its rewrite."""
+
+    gm: torch.fx.GraphModule
+    linears: list[_Da8w4Linear]
+
+    def __post_init__(self) -> None:
+        assert len(self.linears) >= 2
+        assert len(OrderedSet(lin.activation_key for lin in self.linears)) == 1
+
+    @property
+    def split_sizes(self) -> list[int]:
+        return [lin.out_features for lin in self.linears]
+
+    def _concat_constants(self) -> dict[str, torch.Tensor | None]:
+        gm = self.gm
+        out: dict[str, torch.Tensor | None] = {}
+        for name in _PACKED_ARGS:
+            parts = [lin.constant(gm, name) for lin in self.linears]
+            out[name] = torch.cat(parts, dim=0)  # type: ignore[arg-type]
+        biases = [lin.constant(gm, "bias") for lin in self.linears]
+        if all(b is None for b in biases):
+            out["bias"] = None
+        else:
+            # Mixed bias: zeros are exact (the accumulator starts at +0.0).
+            out["bias"] = torch.cat(
+                [
+                    b
+                    if b is not None
+                    else torch.zeros(lin.out_features, dtype=torch.float32)
+                    for b, lin in zip(biases, self.linears)
+                ]
+            )
+        return out
+
+    def _new_constant(
+        self, name: str, tensor: torch.Tensor, fake_mode: Any
+    ) -> torch.fx.Node:
+        gm = self.gm
+        base = str(self.linears[0].args["weight"].target).replace(".", "_")
+        attr = f"{base}_da8w4_concat_{name}"
+        i = 0
+        while hasattr(gm, attr):
+            i += 1
+            attr = f"{base}_da8w4_concat_{name}_{i}"
+        gm.register_buffer(attr, tensor)
+        node = gm.graph.get_attr(attr)
+        node.meta["val"] = fake_mode.from_tensor(tensor, static_shapes=True)
+        return node
+
+    def replace(self) -> None:
+        graph = self.gm.graph
+        op = self.linears[0].node.target
+        first = self.linears[0].node
+        args0 = self.linears[0].args
+        act = args0["input"]
+        fake_mode = detect_fake_mode([act.meta["val"]])
+        assert fake_mode is not None
+        consts = self._concat_constants()
+
+        with graph.inserting_before(first):
+            new_nodes: dict[str, Any] = {
+                name: None
+                if tensor is None
+                else self._new_constant(name, tensor, fake_mode)
+                for name, tensor in consts.items()
+            }
+            fused_args = tuple(
+                new_nodes[name] if name in new_nodes else args0[name]
+                for name in _ARG_NAMES
+            )
+            fused = graph.call_function(op, fused_args)
+            fake_args = torch.utils._pytree.tree_map_only(
+                torch.fx.Node, lambda n: n.meta["val"], fused_args
+            )
+            with fake_mode:
+                fused.meta["val"] = op(*fake_args)
+                split_val = aten.split_with_sizes.default(
+                    fused.meta["val"], self.split_sizes, -1
+                )
+            for key in ("stack_trace", "nn_module_stack"):
+                if key in first.meta:
+                    fused.meta[key] = first.meta[key]
+            split = graph.call_function(
+                aten.split_with_sizes.default, (fused, self.split_sizes, -1)
+            )
+            split.meta["val"] = split_val
+
+            for i, lin in enumerate(self.linears):
+                item = graph.call_function(operator.getitem, (split, i))
+                item.meta["val"] = split_val[i]
+                contiguous: torch.fx.Node | None = None
+                for user in list(lin.node.users):
+                    if not _always_clone_outputs and (
+                        split_val[i].is_contiguous()
+                        or _view_accepts_strided(
+                            user, lin.node, split_val[i], fake_mode, 0
+                        )
+                    ):
+                        user.replace_input_with(lin.node, item)
+                        continue
+                    if contiguous is None:
+                        contiguous = graph.call_function(
+                            aten.clone.default,
+                            (item,),
+                            {"memory_format": torch.contiguous_format},
+                        )
+                        with fake_mode:
+                            contiguous.meta["val"] = aten.clone.default(
+                                split_val[i], memory_format=torch.contiguous_format
+                            )
+                    user.replace_input_with(lin.node, contiguous)
+
+        for lin in self.linears:
+            assert not lin.node.users
+            graph.erase_node(lin.node)
+        counters["inductor"]["da8w4_concat_linear"] += 1
+        counters["inductor"]["da8w4_concat_linear_nodes"] += len(self.linears)
+
+
+def find_da8w4_concat_linear_matches(
+    gm: torch.fx.GraphModule,
+) -> list[Da8w4ConcatLinearMatch]:
+    op = _da8w4_linear_op()
+    if op is None:
+        return []
+    groups: dict[tuple[Any, ...], list[_Da8w4Linear]] = defaultdict(list)
+    for node in gm.graph.find_nodes(op="call_function", target=op):
+        lin = _Da8w4Linear.from_node(gm, node)
+        if lin is not None:
+            groups[lin.activation_key].append(lin)
+    return [
+        Da8w4ConcatLinearMatch(gm, linears)
+        for linears in groups.values()
+        if should_concat_da8w4_linear(linears)
+    ]
+
+
+def _erase_dead_constants(gm: torch.fx.GraphModule, targets: OrderedSet[str]) -> None:
+    """Drop get_attr nodes and module attributes nothing uses any more."""
+    graph = gm.graph
+    for node in list(graph.find_nodes(op="get_attr")):
+        if node.target in targets and not node.users:
+            graph.erase_node(node)
+    still_used = OrderedSet(n.target for n in graph.find_nodes(op="get_attr"))
+    for target in targets:
+        if target in still_used:
+            continue
+        owner_path, _, attr = str(target).rpartition(".")
+        owner = gm.get_submodule(owner_path) if owner_path else gm
+        if hasattr(owner, attr):
+            delattr(owner, attr)
+
+
+def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
+    """Fuse ``torchao::da8w4_linear_cpu`` calls sharing an activation (CPU, frozen)."""
+    if not config.freezing:
+        log.debug("skipping da8w4_concat_linear: freezing is off")
+        return
+    if _da8w4_linear_op() is None:
+        return
+    matches = find_da8w4_concat_linear_matches(gm)
+    old_targets: OrderedSet[str] = OrderedSet()
+    for match in matches:
+        for lin in match.linears:
+            for name in (*_PACKED_ARGS, "bias"):
+                if isinstance(lin.args[name], torch.fx.Node):
+                    old_targets.add(lin.args[name].target)  # type: ignore[arg-type]
+        match.replace()
+    if old_targets:
+        _erase_dead_constants(gm, old_targets)
