@@ -193,8 +193,8 @@ def test_status_reports_drift(env, capsys):
 
 
 def clone_real_site(dst: Path) -> Path:
-    """A cheap private copy of the dev venv's torch: hard links (install only ever replaces files, never
-    writes into them, so the originals are untouched); falls back to a real copy across filesystems."""
+    """A cheap private, stock copy of the dev venv's torch: hard links (install/uninstall only ever replace
+    files, never write into them, so the originals are untouched); a real copy across filesystems."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
@@ -207,6 +207,8 @@ def clone_real_site(dst: Path) -> Path:
         r = subprocess.run(["cp", "-al", str(src_site / name), str(site / name)], capture_output=True)
         if r.returncode:
             shutil.copytree(src_site / name, site / name, symlinks=True)
+    if (site / STATE_DIR / "manifest.json").exists():  # the dev venv is usually patched: make the copy stock
+        assert uninstall(site) == 0
     return site
 
 
