@@ -1,0 +1,82 @@
+"""``demo``: run each feature's demo script with this interpreter, after checking the patch set is installed.
+
+A feature's demo is ``examples/<patch name without 'inductor-', dashes as underscores>.py`` (for example
+``inductor-cat-linear-fused`` -> ``examples/cat_linear_fused.py``), or the path in its ``[[patch]]`` table's
+optional ``demo`` key. Each script defines ``main()`` (counters, a snippet of generated code, before/after
+timing); it is run in its own process as ``runpy.run_path(script)["main"]()``. A missing demo is reported, not
+fatal (unless ``--strict``); other ``examples/*.py`` are run after the features'.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from tools.common import PATCHSET_TOML, REPO_ROOT, PatchsetError, load_patchset
+from tools.install import State, find_site_packages, verify_manifest
+
+EXAMPLES_DIR = REPO_ROOT / "examples"
+RUNNER = "import runpy, sys; m = runpy.run_path(sys.argv[1]); m['main']() if 'main' in m else sys.exit('no main()')"
+
+
+def demo_scripts(metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) -> list[tuple[str, Path]]:
+    ps = load_patchset(metadata)
+    raw = {p["name"]: p for p in tomllib.loads(metadata.read_text()).get("patch", [])}
+    out = []
+    for p in ps.patches:
+        rel = raw.get(p.name, {}).get("demo")
+        path = REPO_ROOT / rel if rel else examples / (p.name.removeprefix("inductor-").replace("-", "_") + ".py")
+        out.append((p.name, path))
+    known = {path.resolve() for _, path in out}
+    for extra in sorted(examples.glob("*.py")) if examples.is_dir() else []:
+        if extra.resolve() not in known and not extra.name.startswith("_"):
+            out.append((f"(example) {extra.stem}", extra))
+    return out
+
+
+def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None = None) -> int:
+    site = find_site_packages()
+    st = State(site)
+    m = st.manifest()
+    if m is None:
+        raise PatchsetError(site / "torch", "the patch set is not installed in this environment "
+                            f"({sys.executable}); run `python -m tools install` (or `bash scripts/dev.sh demo`)")
+    bad = verify_manifest(st, m, allow_stock=False)
+    if bad:
+        raise PatchsetError(site / bad[0], "installed patch set has drifted; see `python -m tools status`")
+    print(f"{m['patchset']['name']} {m['patchset']['version']} on torch {m['torch_version']} ({sys.executable})")
+    results = []
+    for name, script in demo_scripts():
+        if only and not any(o in name for o in only):
+            continue
+        print(f"\n{'=' * 100}\n== {name}: {script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script}"
+              f"\n{'=' * 100}", flush=True)
+        if not script.is_file():
+            print("   (no demo script yet)")
+            results.append((name, "missing", 0.0))
+            continue
+        t = time.monotonic()
+        try:
+            r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], cwd=REPO_ROOT, timeout=timeout)
+            status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
+        except subprocess.TimeoutExpired:
+            status = f"FAILED (timeout {timeout}s)"
+        results.append((name, status, time.monotonic() - t))
+    print(f"\n{'=' * 100}\nsummary")
+    for name, status, secs in results:
+        print(f"  {name:45} {status:22} {secs:6.1f}s")
+    failed = [r for r in results if r[1].startswith("FAILED")]
+    missing = [r for r in results if r[1] == "missing"]
+    print(f"{len(results) - len(failed) - len(missing)} ok, {len(failed)} failed, {len(missing)} missing")
+    return 1 if failed or (strict and missing) else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="run each feature's examples/*.py demo on the installed patch set")
+    p.add_argument("--strict", action="store_true", help="a missing demo script is an error")
+    p.add_argument("--timeout", type=int, default=900, help="seconds per demo (default: %(default)s)")
+    p.add_argument("only", nargs="*", help="run only the demos whose name contains one of these")
+    p.set_defaults(func=lambda a: run_demos(a.strict, a.timeout, a.only))
