@@ -332,6 +332,27 @@ class CustomPassRegistryTest(TestCase):
 
     @torch._functorch.config.patch(enable_autograd_cache=False)
     @inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False)
+    def test_custom_pass_registry_pre_grad_pass_in_cache_key(self):
+        # Where pre-grad passes with a uuid run after the cache lookup (2.13+
+        # "late" timing) the key must cover them; where they run before it
+        # the graph they produced is what gets hashed.  Either way a new uuid
+        # must not be served a stale entry, and an unchanged one hits.
+        x = torch.randn(8)
+        log = []
+        pre = RecordingPass("pre", log)
+        self.register("pre_grad_custom_pass", pre, name="lib.pre")
+        self.assertEqual(self._cached_compile(x), (0, 1))
+        self.assertEqual(self._cached_compile(x), (1, 0))
+        pre._uuid = "v2"
+        log.clear()
+        hits, misses = self._cached_compile(x)
+        self.assertEqual(log, ["pre"])
+        late = getattr(inductor_config, "pre_grad_pass_timing", "early") != "early"
+        if late:
+            self.assertEqual((hits, misses), (0, 1))
+
+    @torch._functorch.config.patch(enable_autograd_cache=False)
+    @inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False)
     def test_custom_pass_registry_pass_without_uuid_bypasses_cache(self):
         x = torch.randn(8)
         log = []
