@@ -212,7 +212,9 @@ def clone_real_site(dst: Path) -> Path:
     return site
 
 
-REAL_SERIES = REPO / "patches" / "v2.13.0" / "series"
+# the committed series; TORCH_PATCHSET_TEST_PATCHES points these tests at another `generate` output
+REAL_PATCHES = Path(os.environ.get("TORCH_PATCHSET_TEST_PATCHES", REPO / "patches"))
+REAL_SERIES = REAL_PATCHES / "v2.13.0" / "series"
 
 
 @pytest.mark.skipif(not REAL_SERIES.exists(), reason="patches/v2.13.0 not generated yet")
@@ -221,7 +223,7 @@ def test_real_series_on_real_torch(tmp_path):
     if "2.13.0" not in next(site.glob("torch-*.dist-info")).name:
         pytest.skip("this interpreter's torch is not 2.13.0")
     before = ft.tree_digest(site, skip_pycache=True)
-    r = ft.run_tools("install", "--site-packages", str(site))
+    r = ft.run_tools("install", "--site-packages", str(site), "--patches", str(REAL_PATCHES))
     assert r.returncode == 0, r.stderr
     # the patched torch imports and knows its patch set
     code = "import torch._inductor._patchset_info as i, torch._inductor.config; print(i.version)"
@@ -231,3 +233,26 @@ def test_real_series_on_real_torch(tmp_path):
     r = ft.run_tools("uninstall", "--site-packages", str(site))
     assert r.returncode == 0, r.stderr
     assert ft.tree_digest(site, skip_pycache=True) == before
+
+
+@pytest.mark.parametrize("base", ["2.11.0", "2.13.0", "2.15.0"])
+def test_real_series_strict_applier_matches_git_am(base, tmp_path):
+    """install/wheel's own applier gives byte for byte what `git am` gives on the pristine base tree."""
+    from tools.common import CACHE_DIR
+
+    sdir, tree = REAL_PATCHES / f"v{base}", CACHE_DIR / "bases" / f"v{base}"
+    if not (sdir / "series").exists() or not (tree / ".git").exists():
+        pytest.skip(f"needs patches/v{base} and the pristine base (python -m tools bases)")
+    patches = load_series(sdir)
+    clone = tmp_path / "c"
+    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
+    ft._git(clone, "am", "-q", *[str(p.path) for p in patches])
+
+    def pristine(rel):
+        r = subprocess.run(["git", "show", f"HEAD~{len(patches)}:{rel}"], cwd=clone, capture_output=True)
+        return r.stdout if r.returncode == 0 else None
+
+    changes = apply_series(patches, pristine)
+    assert changes
+    for rel, (_, after) in changes.items():
+        assert after == (clone / rel).read_bytes(), rel
