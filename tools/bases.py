@@ -32,7 +32,7 @@ from tools import gitutil
 from tools.common import CACHE_DIR, PatchsetError, load_patchset, progress
 
 STAMP_NAME = "torch-patchset.json"
-STAMP_FORMAT = 1
+STAMP_FORMAT = 2  # bump when the tree-building recipe changes: trees are rebuilt
 DEFAULT_BRANCH = "main"
 
 
@@ -155,7 +155,7 @@ def build_tree(wheel: Path, dest: Path, base: str, ident: dict | None = None) ->
                 if i % step == 0 and total - i >= step // 2 or i == total:
                     progress(f"v{base}: extracted {i}/{total}")
         (tmp / "test").mkdir(exist_ok=True)  # not tracked; see module docstring
-        env = gitutil.isolated_env(date=gitutil.PRISTINE_DATE)
+        env = gitutil.isolated_env(date=gitutil.PRISTINE_DATE, author=gitutil.PRISTINE_AUTHOR)
         gitutil.git("init", "--quiet", "-b", DEFAULT_BRANCH, ".", cwd=tmp, env=env)
         gitutil.git("add", "--all", "torch", cwd=tmp, env=env)
         msg = f"pristine torch v{base} python sources\n\nWheel: {ident['wheel']}\nWheel-Sha256: {ident['sha256']}\n"
@@ -200,9 +200,10 @@ def ensure_base(base: str, cache_dir: Path | None = None, *, force: bool = False
             if stamp and stamp.get("format") == STAMP_FORMAT and stamp.get("sha256") == ident["sha256"] and stamp.get("commit") == head:
                 progress(f"v{base}: up to date ({tree}, {head[:12]}, wheel sha256 {ident['sha256'][:12]})")
                 return tree
-            if stamp and stamp.get("commit") not in (None, head):
+            if stamp and stamp.get("format") == STAMP_FORMAT and stamp.get("commit") not in (None, head):
                 raise PatchsetError(tree, f"HEAD {head and head[:12]} is not the commit this tool built ({stamp['commit'][:12]}); rebuild with --force")
-            progress(f"v{base}: {'no stamp (built by hand?)' if not stamp else 'wheel changed'}; rebuilding")
+            why = "no stamp (built by hand?)" if not stamp else "built by an older recipe" if stamp.get("format") != STAMP_FORMAT else "wheel changed"
+            progress(f"v{base}: {why}; rebuilding")
         elif any(tree.iterdir()):
             raise PatchsetError(tree, "exists but is not a git repo; move it away or rebuild with --force")
     commit = build_tree(wheel, tree, base, ident)

@@ -21,6 +21,8 @@ from tools.common import PatchsetError
 # A fixed identity for commits that are ours (pristine bases, generated patches, PR branches).
 PATCHSET_AUTHOR = ("inductor-patchset", "inductor-patchset@users.noreply.github.com")
 PRISTINE_DATE = "2000-01-01T00:00:00+0000"
+# pristine base commits have their own identity, so that a change to PATCHSET_AUTHOR never changes them
+PRISTINE_AUTHOR = ("pristine", "pristine@torch-patchset.invalid")
 
 # Electron's export flags plus the ones that pin the remaining heuristics: output is a function of
 # the commit alone (no dates of export, no stats, no commit ids, no git version signature).
@@ -36,7 +38,7 @@ FORMAT_PATCH_FLAGS = (
 )
 
 
-def isolated_env(*, date: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+def isolated_env(*, date: str | None = None, extra: dict[str, str] | None = None, author: tuple[str, str] = PATCHSET_AUTHOR) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(
         GIT_CONFIG_NOSYSTEM="1",
@@ -44,10 +46,10 @@ def isolated_env(*, date: str | None = None, extra: dict[str, str] | None = None
         LC_ALL="C",
         LANG="C",
         TZ="UTC",
-        GIT_AUTHOR_NAME=PATCHSET_AUTHOR[0],
-        GIT_AUTHOR_EMAIL=PATCHSET_AUTHOR[1],
-        GIT_COMMITTER_NAME=PATCHSET_AUTHOR[0],
-        GIT_COMMITTER_EMAIL=PATCHSET_AUTHOR[1],
+        GIT_AUTHOR_NAME=author[0],
+        GIT_AUTHOR_EMAIL=author[1],
+        GIT_COMMITTER_NAME=author[0],
+        GIT_COMMITTER_EMAIL=author[1],
         GIT_TERMINAL_PROMPT="0",
     )
     if date:
