@@ -359,6 +359,19 @@ class TestDa8w4Fake(TestCase):
         for r, f in zip((*real, real_y), (*fake, fake_y)):
             self.assertEqual((f.shape, f.dtype), (r.shape, r.dtype))
 
+    @parametrize("symmetric", (False, True))
+    def test_opcheck(self, symmetric):
+        # Schema, fake-vs-real shapes/strides/dtypes and dispatcher registrations.
+        gen = torch.Generator().manual_seed(12)
+        w, sw, zw = make_weight(64, 256, 64, gen)
+        torch.library.opcheck(torch.ops.torchao.da8w4_linear_prepack_cpu.default, (w, sw, zw))
+        pw, ps, pz, pc = prepack(w, sw, zw)
+        x, sa, za = make_activation((2, 3), 256, symmetric, gen)
+        for bias, dtype in ((None, torch.bfloat16), (torch.randn(64, generator=gen), torch.float32)):
+            torch.library.opcheck(
+                torch.ops.torchao.da8w4_linear_cpu.default, (x, sa, za, pw, ps, pz, pc, bias, dtype)
+            )
+
     def test_meta(self):
         pw, ps, pz, pc = prepack(*(t.to("meta") for t in make_weight(64, 256, 128, torch.Generator())))
         self.assertEqual(pw.shape, (2, 2, 128, 16))
