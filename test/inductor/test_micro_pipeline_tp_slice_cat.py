@@ -1,0 +1,842 @@
+# Owner(s): ["module: inductor"]
+"""Micro-pipeline TP through slice/cat reassembly of collectives.
+
+Graph-level chunking can rebuild an all-gather (or a reduce-scatter's input)
+with ``slice`` + ``cat`` instead of ``split`` + ``cat``.  Such a form may only
+be fused into ``symm_mem.fused_all_gather_matmul`` /
+``fused_matmul_reduce_scatter`` when it provably equals the canonical layout.
+
+CPU tests: graphs from ``make_fx`` on the fake process group; the finders and
+the pass are called directly.  The ``fuse_*`` functions return early without
+NCCL, so rewrite tests patch ``is_nccl_available`` and use symmetric memory's
+``_test_mode``; nothing is executed there, only graphs are compared.
+``MicroPipelineTPSliceCatMultiGPUTest`` compiles end to end on two GPUs with
+NCCL and symmetric memory and compares numbers with eager.
+"""
+
+import logging
+import unittest
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.test_case import run_tests, TestCase
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
+
+
+HAS_DIST = dist.is_available()
+
+if HAS_DIST:
+    import torch.distributed._functional_collectives as funcol
+    from torch._inductor.decomposition import decompositions
+    from torch._inductor.fx_passes.micro_pipeline_tp import (
+        find_all_gather_patterns,
+        find_reduce_scatter_patterns,
+        micro_pipeline_tp_pass,
+    )
+    from torch._inductor.fx_passes.post_grad import remove_noop_ops, view_to_reshape
+    from torch.distributed._symmetric_memory import _test_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    # all_gather_single / reduce_scatter_single are the current names; 2.11
+    # only has the older (same-signature) ones.
+    _all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+    _reduce_scatter = (
+        getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+    )
+
+LOGGER = "torch._inductor.fx_passes.micro_pipeline_tp_reassembly"
+FEATURE = "micro_pipeline_tp_slice_cat"
+
+aten = torch.ops.aten
+
+
+def _make_post_grad_fx(f, *inps, tracing_mode="fake", remove_noops=True):
+    gm = make_fx(f, decompositions, tracing_mode=tracing_mode)(*inps)
+    if remove_noops:
+        remove_noop_ops(gm.graph)
+    view_to_reshape(gm)
+    return gm
+
+
+def _chunks(y, ws, dim=0):
+    """Rank i's chunk of ``y`` along ``dim``, as graph-level chunking writes it."""
+    n = y.shape[dim] // ws
+    return [y.narrow(dim, i * n, n) for i in range(ws)]
+
+
+# ---------------------------------------------------------------------------
+# Reassembly forms. ``y`` is the all-gather result (ranks stacked on dim 0) or
+# the matmul output; ``y2`` a second, different tensor of the same shape.
+# ---------------------------------------------------------------------------
+
+# name -> (form, gather_dim of the equivalent all_gather_single)
+AG_PROVEN = {
+    "repro_cat_dim1": (lambda y, y2, ws: torch.cat(_chunks(y, ws), dim=1), 1),
+    "cat_dim0": (lambda y, y2, ws: torch.cat(_chunks(y, ws), dim=0), 0),
+    "cat_neg_dim": (lambda y, y2, ws: torch.cat(_chunks(y, ws), dim=-1), 1),
+    "index_to_end": (
+        lambda y, y2, ws: torch.cat(
+            [y[: y.shape[0] // ws], y[y.shape[0] // ws :]], dim=1
+        ),
+        1,
+    ),
+    "negative_start": (
+        lambda y, y2, ws: torch.cat(
+            [y[-y.shape[0] : -y.shape[0] // ws], y[-y.shape[0] // ws :]], dim=1
+        ),
+        1,
+    ),
+}
+
+# name -> (form, reason logged, whether the form computes something else)
+AG_REJECTED = {
+    "swapped": (
+        lambda y, y2, ws: torch.cat(_chunks(y, ws)[::-1], dim=1),
+        "rank 0's chunk is",
+        True,
+    ),
+    "duplicated": (
+        # separate slice nodes: a cat of one node repeated decomposes to expand
+        lambda y, y2, ws: torch.cat([_chunks(y, ws)[0] for _ in range(ws)], dim=1),
+        "rank 1's chunk is",
+        True,
+    ),
+    "partial": (
+        lambda y, y2, ws: torch.cat(
+            [y.narrow(0, i * (y.shape[0] // ws), y.shape[0] // ws - 1) for i in range(ws)],
+            dim=1,
+        ),
+        "rank 0's chunk is",
+        True,
+    ),
+    "overlapping": (
+        lambda y, y2, ws: torch.cat(
+            [y.narrow(0, 0, y.shape[0] // ws), y.narrow(0, 1, y.shape[0] // ws)],
+            dim=1,
+        ),
+        "rank 1's chunk is",
+        True,
+    ),
+    "strided": (
+        lambda y, y2, ws: torch.cat([y[0::2], y[1::2]], dim=1),
+        "has step 2",
+        True,
+    ),
+    "two_sources": (
+        lambda y, y2, ws: torch.cat([_chunks(y, ws)[0], _chunks(y2, ws)[1]], dim=1),
+        "different tensors",
+        True,
+    ),
+    "wrong_chunk_count": (
+        lambda y, y2, ws: torch.cat(_chunks(y, 2 * ws), dim=1),
+        "chunks but the group has 2 ranks",
+        True,
+    ),
+    # cat along the chunk dim, so this one is the identity: rejected because
+    # unequal chunks are never a rank's chunk, not because it miscompiles.
+    "unequal_sizes": (
+        lambda y, y2, ws: torch.cat([y[:3], y[3:]], dim=0),
+        "rank 0's chunk is",
+        False,
+    ),
+    "sliced_on_dim1": (
+        lambda y, y2, ws: torch.cat(_chunks(y, ws, dim=1), dim=0),
+        "ranks are stacked on dim 0",
+        True,
+    ),
+}
+
+# name -> (form, scatter_dim of the equivalent reduce_scatter_single)
+RS_PROVEN = {
+    "repro_narrow_dim1": (lambda y, y2, ws: torch.cat(_chunks(y, ws, 1), dim=0), 1),
+    "narrow_dim0": (lambda y, y2, ws: torch.cat(_chunks(y, ws, 0), dim=0), 0),
+    "narrow_neg_dim": (lambda y, y2, ws: torch.cat(_chunks(y, ws, -1), dim=0), 1),
+}
+
+RS_REJECTED = {
+    "swapped": (
+        lambda y, y2, ws: torch.cat(_chunks(y, ws, 1)[::-1], dim=0),
+        "rank 0's chunk is",
+        True,
+    ),
+    "duplicated": (
+        lambda y, y2, ws: torch.cat([_chunks(y, ws, 1)[0] for _ in range(ws)], dim=0),
+        "rank 1's chunk is",
+        True,
+    ),
+    "partial": (
+        lambda y, y2, ws: torch.cat(
+            [y.narrow(1, i * (y.shape[1] // ws), y.shape[1] // ws - 1) for i in range(ws)],
+            dim=0,
+        ),
+        "rank 0's chunk is",
+        True,
+    ),
+    "strided": (
+        lambda y, y2, ws: torch.cat([y[:, 0::2], y[:, 1::2]], dim=0),
+        "has step 2",
+        True,
+    ),
+    "two_sources": (
+        lambda y, y2, ws: torch.cat(
+            [_chunks(y, ws, 1)[0], _chunks(y2, ws, 1)[1]], dim=0
+        ),
+        "different tensors",
+        True,
+    ),
+    "wrong_chunk_count": (
+        lambda y, y2, ws: torch.cat(_chunks(y, 2 * ws, 1), dim=0),
+        "chunks but the group has 2 ranks",
+        True,
+    ),
+    "unequal_sizes": (
+        lambda y, y2, ws: torch.cat([y[:3], y[3:]], dim=0),
+        "rank 0's chunk is",
+        False,
+    ),
+    "cat_dim1": (
+        lambda y, y2, ws: torch.cat(_chunks(y, ws, 0), dim=1),
+        "reduce_scatter_tensor scatters dim 0",
+        True,
+    ),
+}
+
+
+def _canonical_all_gather(y, ws, gather_dim):
+    return torch.cat(y.chunk(ws, dim=0), dim=gather_dim)
+
+
+def _canonical_reduce_scatter_input(y, ws, scatter_dim):
+    # reduce_scatter_tensor hands rank r chunk r of its input along dim 0, so
+    # two inputs are equivalent iff these stacked per-rank chunks are equal.
+    return torch.cat(y.chunk(ws, dim=scatter_dim), dim=0)
+
+
+def _same(a, b):
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+class _FakePGTestCase(TestCase):
+    world_size = 2
+
+    def setUp(self):
+        super().setUp()
+        counters.clear()
+        dist.init_process_group(
+            backend="fake", world_size=self.world_size, rank=0, store=FakeStore()
+        )
+        self.group_name = dist.group.WORLD.group_name
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def _all_gather_graph(self, form, shard_shape=(4, 8), ndim_b=None, **kw):
+        group_name = self.group_name
+        ws = self.world_size
+
+        def f(x, w):
+            y = _all_gather(x, 0, group_name)
+            y2 = _all_gather(x + 1, 0, group_name)
+            a = form(y, y2, ws)
+            return a, a.flatten(0, -2) @ w
+
+        x = torch.randn(shard_shape)
+        y = torch.randn(ws * shard_shape[0], *shard_shape[1:])
+        a = form(y, y + 1, ws)
+        w = torch.randn(a.shape[-1], 16)
+        return _make_post_grad_fx(f, x, w, **kw)
+
+    def _reduce_scatter_graph(self, form, a_shape=(8, 4), n=8, **kw):
+        group_name = self.group_name
+        ws = self.world_size
+
+        def f(a, b, b2):
+            y = a @ b
+            y2 = a @ b2
+            return _reduce_scatter(form(y, y2, ws), "sum", 0, group_name)
+
+        return _make_post_grad_fx(
+            f, torch.randn(a_shape), torch.randn(a_shape[-1], n), torch.randn(a_shape[-1], n), **kw
+        )
+
+    def _fuse(self, gm):
+        with (
+            mock.patch.object(dist, "is_nccl_available", return_value=True),
+            _test_mode(),
+        ):
+            micro_pipeline_tp_pass(gm.graph)
+        gm.graph.lint()
+        gm.recompile()
+
+
+@unittest.skipIf(not HAS_DIST, "requires torch.distributed")
+@instantiate_parametrized_tests
+class MicroPipelineTPSliceCatFindTest(_FakePGTestCase):
+    """The finders on make_fx graphs: what is matched, and why not."""
+
+    def _slice_cat_match(self, matches):
+        return [m for m in matches if m.res_node.target in (aten.cat.default, aten.slice.Tensor)]
+
+    @parametrize("name", list(AG_PROVEN))
+    def test_all_gather_slice_cat_proven(self, name):
+        form, gather_dim = AG_PROVEN[name]
+        gm = self._all_gather_graph(form)
+        matches = self._slice_cat_match(find_all_gather_patterns(gm.graph))
+        self.assertEqual(len(matches), 1)
+        (m,) = matches
+        self.assertEqual(m.gather_dim, gather_dim)
+        self.assertIs(m.res_node.target, aten.cat.default)
+        self.assertEqual(m.shard_node.op, "placeholder")
+        self.assertEqual(m.group_name, self.group_name)
+        self.assertEqual(counters["inductor"][FEATURE], 1)
+        # Equal to the canonical all-gather, numerically.
+        y = torch.arange(2 * 4 * 8).reshape(8, 8)
+        self.assertTrue(_same(form(y, None, 2), _canonical_all_gather(y, 2, gather_dim)))
+
+    @parametrize("name", list(AG_REJECTED))
+    def test_all_gather_slice_cat_rejected(self, name):
+        form, reason, miscompiles = AG_REJECTED[name]
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            gm = self._all_gather_graph(form)
+            matches = find_all_gather_patterns(gm.graph)
+        self.assertEqual(self._slice_cat_match(matches), [])
+        self.assertEqual(counters["inductor"][FEATURE], 0)
+        self.assertGreater(counters["inductor"][f"{FEATURE}_rejected"], 0)
+        self.assertTrue(
+            any("skipping micro_pipeline_tp_slice_cat" in l and reason in l for l in logs.output),
+            logs.output,
+        )
+        # The rejection matters: fusing it as the canonical layout would
+        # compute something else.
+        y = torch.arange(8 * 8).reshape(8, 8)
+        a = form(y, y + 1000, 2)
+        canonical = [_canonical_all_gather(y, 2, d) for d in range(y.ndim)]
+        self.assertEqual(not any(_same(a, c) for c in canonical), miscompiles)
+
+    @parametrize("name", list(RS_PROVEN))
+    def test_reduce_scatter_slice_cat_proven(self, name):
+        form, scatter_dim = RS_PROVEN[name]
+        gm = self._reduce_scatter_graph(form)
+        matches = find_reduce_scatter_patterns(gm.graph)
+        self.assertEqual(len(matches), 1)
+        (m,) = matches
+        self.assertEqual(m.scatter_dim, scatter_dim)
+        self.assertIs(m.input_node.target, aten.mm.default)
+        self.assertEqual(m.reduce_op, "sum")
+        self.assertEqual(counters["inductor"][FEATURE], 1)
+        y = torch.arange(8 * 8).reshape(8, 8)
+        self.assertTrue(
+            _same(form(y, None, 2), _canonical_reduce_scatter_input(y, 2, scatter_dim))
+        )
+
+    @parametrize("name", list(RS_REJECTED))
+    def test_reduce_scatter_slice_cat_rejected(self, name):
+        form, reason, miscompiles = RS_REJECTED[name]
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            gm = self._reduce_scatter_graph(form)
+            matches = find_reduce_scatter_patterns(gm.graph)
+        # Nothing that reduce-scatters a matmul output through the slices.
+        self.assertEqual(
+            [m for m in matches if m.input_node.target is aten.mm.default], []
+        )
+        self.assertEqual(counters["inductor"][FEATURE], 0)
+        self.assertTrue(
+            any("skipping micro_pipeline_tp_slice_cat" in l and reason in l for l in logs.output),
+            logs.output,
+        )
+        y = torch.arange(8 * 8).reshape(8, 8)
+        a = form(y, y + 1000, 2)
+        canonical = [_canonical_reduce_scatter_input(y, 2, d) for d in range(y.ndim)]
+        self.assertEqual(not any(_same(a, c) for c in canonical), miscompiles)
+
+    def test_all_gather_slice_cat_3d(self):
+        # Sequence parallel: [b, s/ws, h] gathered on the sequence dim.
+        gm = self._all_gather_graph(AG_PROVEN["repro_cat_dim1"][0], shard_shape=(2, 4, 8))
+        (m,) = self._slice_cat_match(find_all_gather_patterns(gm.graph))
+        self.assertEqual(m.gather_dim, 1)
+        self.assertEqual(tuple(m.res_node.meta["val"].shape), (2, 8, 8))
+
+    def test_reduce_scatter_slice_cat_3d(self):
+        for dim in (1, 2):
+            counters.clear()
+            form = lambda y, y2, ws: torch.cat(_chunks(y, ws, dim), dim=0)  # noqa: E731
+            gm = self._reduce_scatter_graph(form, a_shape=(2, 8, 4))
+            (m,) = find_reduce_scatter_patterns(gm.graph)
+            self.assertEqual(m.scatter_dim, dim)
+            # reshape -> mm -> reshape: the slices read the reshaped output.
+            self.assertIs(m.input_node.target, aten.reshape.default)
+
+    def test_all_gather_slice_cat_world_size_4(self):
+        dist.destroy_process_group()
+        dist.init_process_group(backend="fake", world_size=4, rank=0, store=FakeStore())
+        self.world_size = 4
+        self.group_name = dist.group.WORLD.group_name
+        gm = self._all_gather_graph(AG_PROVEN["repro_cat_dim1"][0])
+        (m,) = self._slice_cat_match(find_all_gather_patterns(gm.graph))
+        self.assertEqual(m.gather_dim, 1)
+        # Two of four chunks is the wrong count for this group.
+        counters.clear()
+        gm = self._all_gather_graph(
+            lambda y, y2, ws: torch.cat(_chunks(y, 2), dim=1)
+        )
+        self.assertEqual(self._slice_cat_match(find_all_gather_patterns(gm.graph)), [])
+
+    def test_all_gather_slice_cat_symbolic(self):
+        # Bounds are SymInt expressions; proven without guards, or rejected.
+        gm = self._all_gather_graph(AG_PROVEN["repro_cat_dim1"][0], tracing_mode="symbolic")
+        slices = gm.graph.find_nodes(op="call_function", target=aten.slice.Tensor)
+        self.assertTrue(any(isinstance(s.args[3], torch.fx.Node) for s in slices))
+        (m,) = self._slice_cat_match(find_all_gather_patterns(gm.graph))
+        self.assertEqual(m.gather_dim, 1)
+
+        gm = self._all_gather_graph(AG_REJECTED["swapped"][0], tracing_mode="symbolic")
+        self.assertEqual(self._slice_cat_match(find_all_gather_patterns(gm.graph)), [])
+
+    def test_reduce_scatter_slice_cat_symbolic(self):
+        group_name = self.group_name
+
+        def make(form, even):
+            def f(a, b):
+                # N = 2 * s when b is two halves: provably divisible by 2.
+                y = a @ (torch.cat([b, b + 1], dim=1) if even else b)
+                return _reduce_scatter(form(y, None, 2), "sum", 0, group_name)
+
+            return _make_post_grad_fx(
+                f, torch.randn(8, 4), torch.randn(4, 8), tracing_mode="symbolic"
+            )
+
+        def mm_matches(gm):
+            return [
+                m
+                for m in find_reduce_scatter_patterns(gm.graph)
+                if m.input_node.target is aten.mm.default
+            ]
+
+        (m,) = mm_matches(make(RS_PROVEN["repro_narrow_dim1"][0], even=True))
+        self.assertEqual(m.scatter_dim, 1)
+        self.assertEqual(mm_matches(make(RS_REJECTED["swapped"][0], even=True)), [])
+        # N = s: an odd N would drop its last column, so nothing is proven.
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            self.assertEqual(mm_matches(make(RS_PROVEN["repro_narrow_dim1"][0], even=False)), [])
+        self.assertTrue(any("not provably divisible" in l for l in logs.output), logs.output)
+
+    def test_all_gather_slice_cat_unprovable_bound(self):
+        # The split point comes from another input: it may equal the shard
+        # size at run time, but nothing proves it, so no match and no guard.
+        group_name = self.group_name
+
+        def f(x, w, k):
+            y = _all_gather(x, 0, group_name)
+            n = k.shape[0]
+            return torch.cat([y[:n], y[n : 2 * n]], dim=0) @ w
+
+        # Without duck shaping k's size is its own symbol, unrelated to x's.
+        with torch.fx.experimental._config.patch(use_duck_shape=False):
+            gm = _make_post_grad_fx(
+                f, torch.randn(4, 8), torch.randn(8, 16), torch.randn(4), tracing_mode="symbolic"
+            )
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            self.assertEqual(self._slice_cat_match(find_all_gather_patterns(gm.graph)), [])
+        self.assertTrue(any("rank 0's chunk is" in l for l in logs.output), logs.output)
+
+    def test_all_gather_slice_cat_chunk_used_elsewhere(self):
+        group_name = self.group_name
+
+        def f(x, w):
+            y = _all_gather(x, 0, group_name)
+            chunks = _chunks(y, 2)
+            return torch.cat(chunks, dim=1) @ w, chunks[0] * 2
+
+        gm = _make_post_grad_fx(f, torch.randn(4, 8), torch.randn(16, 16))
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            self.assertEqual(self._slice_cat_match(find_all_gather_patterns(gm.graph)), [])
+        self.assertTrue(any("used outside the reassembly" in l for l in logs.output))
+
+    def test_all_gather_trimmed_cat(self):
+        # The trimmed-cat form (a slice of the reassembled cat, kept when
+        # no-op slices are preserved): fusable only when the trim keeps it all.
+        group_name = self.group_name
+
+        def make(end):
+            def f(x, w):
+                y = _all_gather(x, 0, group_name)
+                a = torch.cat(_chunks(y, 2), dim=0)[:end]
+                return a @ w
+
+            return _make_post_grad_fx(f, torch.randn(4, 8), torch.randn(8, 16), remove_noops=False)
+
+        gm = make(8)
+        (m,) = self._slice_cat_match(find_all_gather_patterns(gm.graph))
+        self.assertIs(m.res_node.target, aten.slice.Tensor)
+        self.assertEqual(m.gather_dim, 0)
+
+        # A real trim (uneven shards): the fused op would return all 8 rows.
+        counters.clear()
+        gm = make(6)
+        with self.assertLogs(LOGGER, level="DEBUG") as logs:
+            matches = find_all_gather_patterns(gm.graph)
+        self.assertFalse(any(m.res_node.target is aten.slice.Tensor for m in matches))
+        self.assertTrue(any("not all of it" in l for l in logs.output), logs.output)
+
+    def test_canonical_forms_unaffected(self):
+        # funcol's own split/cat forms still go through upstream's patterns,
+        # without touching the reassembly matcher.
+        group_name = self.group_name
+
+        def f(x, a, b):
+            ag = _all_gather(x, 1, group_name)
+            rs = _reduce_scatter(a @ b, "sum", 1, group_name)
+            return ag, rs
+
+        gm = _make_post_grad_fx(f, torch.randn(4, 8), torch.randn(8, 4), torch.randn(4, 8))
+        (ag,) = find_all_gather_patterns(gm.graph)
+        (rs,) = find_reduce_scatter_patterns(gm.graph)
+        self.assertEqual((ag.gather_dim, rs.scatter_dim), (1, 1))
+        self.assertEqual(counters["inductor"][FEATURE], 0)
+        self.assertEqual(counters["inductor"][f"{FEATURE}_rejected"], 0)
+
+
+@unittest.skipIf(not HAS_DIST, "requires torch.distributed")
+class MicroPipelineTPSliceCatRewriteTest(_FakePGTestCase):
+    """The pass on make_fx graphs: the rewritten graph, or no change."""
+
+    def test_fuse_all_gather_matmul_slice_cat(self):
+        # The reported repro (gathered along K, so K per rank >= 1024).
+        group_name = self.group_name
+
+        def f(x, w):
+            y = _all_gather(x, 0, group_name)
+            return torch.cat([y.narrow(0, 0, 64), y.narrow(0, 64, 64)], dim=1) @ w
+
+        gm = _make_post_grad_fx(f, torch.randn(64, 1024), torch.randn(2048, 16))
+        self._fuse(gm)
+        self.assertExpectedInline(
+            str(gm.graph).strip(),
+            """\
+graph():
+    %x_1 : [num_users=1] = placeholder[target=x_1]
+    %w_1 : [num_users=1] = placeholder[target=w_1]
+    %fused_all_gather_matmul_default : [num_users=1] = call_function[target=torch.ops.symm_mem.fused_all_gather_matmul.default](args = (%x_1, [%w_1], 1, 0), kwargs = {return_A: False})
+    %getitem_1 : [num_users=1] = call_function[target=operator.getitem](args = (%fused_all_gather_matmul_default, 1), kwargs = {})
+    %getitem_2 : [num_users=1] = call_function[target=operator.getitem](args = (%getitem_1, 0), kwargs = {})
+    return getitem_2""",
+        )
+
+    def test_fuse_all_gather_matmul_slice_cat_3d(self):
+        # Sequence parallel: gathered on dim 1, reshape -> mm -> reshape.
+        group_name = self.group_name
+
+        def f(x, w):
+            y = _all_gather(x, 0, group_name)
+            a = torch.cat(_chunks(y, 2), dim=1)
+            return a @ w
+
+        gm = _make_post_grad_fx(f, torch.randn(2, 4, 8), torch.randn(8, 16))
+        self._fuse(gm)
+        code = str(gm.graph)
+        self.assertIn("fused_all_gather_matmul.default](args = (%inductor_force_stride_order_default, [%w_1], 1, 0)", code)
+        for gone in ("all_gather_into_tensor", "aten.slice", "aten.cat", "aten.mm"):
+            self.assertNotIn(gone, code)
+
+    def test_fuse_matmul_reduce_scatter_slice_cat(self):
+        # The reported repro: mm -> cat(narrow(1, ...), dim=0) -> reduce_scatter.
+        group_name = self.group_name
+
+        def f(a, b):
+            y = a @ b
+            z = torch.cat([y.narrow(1, 0, 8), y.narrow(1, 8, 8)], dim=0)
+            return _reduce_scatter(z, "sum", 0, group_name)
+
+        gm = _make_post_grad_fx(f, torch.randn(64, 32), torch.randn(32, 16))
+        self._fuse(gm)
+        self.assertExpectedInline(
+            str(gm.graph).strip(),
+            """\
+graph():
+    %a_1 : [num_users=1] = placeholder[target=a_1]
+    %b_1 : [num_users=1] = placeholder[target=b_1]
+    %inductor_force_stride_order_default : [num_users=1] = call_function[target=torch.ops.prims.inductor_force_stride_order.default](args = (%a_1, (1, 64)), kwargs = {})
+    %fused_matmul_reduce_scatter_default : [num_users=1] = call_function[target=torch.ops.symm_mem.fused_matmul_reduce_scatter.default](args = (%inductor_force_stride_order_default, %b_1, sum, 1, 0), kwargs = {})
+    return fused_matmul_reduce_scatter_default""",
+        )
+
+    def test_fuse_matmul_reduce_scatter_slice_cat_3d(self):
+        group_name = self.group_name
+
+        def f(a, b):
+            y = a @ b
+            return _reduce_scatter(torch.cat(_chunks(y, 2, 1), dim=0), "avg", 0, group_name)
+
+        gm = _make_post_grad_fx(f, torch.randn(2, 8, 4), torch.randn(4, 16))
+        self._fuse(gm)
+        code = str(gm.graph)
+        self.assertIn("fused_matmul_reduce_scatter.default](args = (%inductor_force_stride_order_default, %b_1, avg, 1, 0)", code)
+        for gone in ("reduce_scatter_tensor", "aten.slice", "aten.cat", "aten.mm"):
+            self.assertNotIn(gone, code)
+
+    def test_unproven_forms_left_unfused(self):
+        # Stock 2.13/2.15 fuse every one of these as if it were canonical.
+        group_name = self.group_name
+
+        def all_gather_mm(form):
+            def f(x, w):
+                y = _all_gather(x, 0, group_name)
+                y2 = _all_gather(x + 1, 0, group_name)
+                a = form(y, y2, 2)
+                return a @ w[: a.shape[1]]
+
+            return f
+
+        def mm_reduce_scatter(form):
+            def f(a, b, b2):
+                return _reduce_scatter(form(a @ b, a @ b2, 2), "sum", 0, group_name)
+
+            return f
+
+        names = ("swapped", "duplicated", "partial", "strided", "two_sources")
+        cases = [
+            (
+                f"ag_{name}",
+                all_gather_mm(AG_REJECTED[name][0]),
+                (torch.randn(64, 1024), torch.randn(2048, 16)),
+            )
+            for name in names
+        ] + [
+            (
+                f"rs_{name}",
+                mm_reduce_scatter(RS_REJECTED[name][0]),
+                (torch.randn(64, 32), torch.randn(32, 16), torch.randn(32, 16)),
+            )
+            for name in names
+        ]
+        for name, fn, args in cases:
+            with self.subTest(name):
+                gm = _make_post_grad_fx(fn, *args)
+                before = str(gm.graph)
+                self._fuse(gm)
+                self.assertEqual(str(gm.graph), before)
+                self.assertNotIn("symm_mem", str(gm.graph))
+
+
+class _StopCompile(Exception):
+    pass
+
+
+@unittest.skipIf(not HAS_DIST, "requires torch.distributed")
+class MicroPipelineTPSliceCatCompileTest(_FakePGTestCase):
+    """torch.compile on CPU up to the post-grad graph: the slice/cat forms reach
+    micro_pipeline_tp unchanged through dynamo, AOTAutograd and the earlier
+    post-grad passes, and come out fused (or not).  Compilation stops right
+    after, in a custom post-grad pass, since CPU has no symm_mem kernels."""
+
+    def _post_grad_graph(self, fn, *args):
+        graphs = []
+
+        def snapshot(graph):
+            graphs.append(str(graph))
+            raise _StopCompile
+
+        torch._dynamo.reset()
+        with (
+            mock.patch.object(dist, "is_nccl_available", return_value=True),
+            _test_mode(),
+            inductor_config.patch(
+                _micro_pipeline_tp=True,
+                fx_graph_cache=False,
+                post_grad_custom_post_pass=snapshot,
+            ),
+        ):
+            with self.assertRaises(Exception):
+                torch.compile(fn, fullgraph=True)(*args)
+        self.assertEqual(len(graphs), 1)
+        return graphs[0]
+
+    def _all_gather_mm(self, form):
+        group_name = self.group_name
+
+        def fn(x, w):
+            return form(_all_gather(x, 0, group_name), None, 2) @ w
+
+        return fn
+
+    def _mm_reduce_scatter(self, form):
+        group_name = self.group_name
+
+        def fn(a, b):
+            return _reduce_scatter(form(a @ b, None, 2), "sum", 0, group_name)
+
+        return fn
+
+    def test_compile_all_gather_matmul_slice_cat(self):
+        for name, shard, w in (
+            ("repro_gather_k", (64, 1024), (2048, 32)),
+            ("seq_3d", (2, 8, 16), (16, 32)),
+        ):
+            with self.subTest(name):
+                counters.clear()
+                fn = self._all_gather_mm(AG_PROVEN["repro_cat_dim1"][0])
+                graph = self._post_grad_graph(fn, torch.randn(shard), torch.randn(w))
+                self.assertIn("symm_mem.fused_all_gather_matmul", graph)
+                self.assertNotIn("all_gather_into_tensor", graph)
+                self.assertGreater(counters["inductor"][FEATURE], 0)
+
+    def test_compile_matmul_reduce_scatter_slice_cat(self):
+        for name, a in (("repro_narrow_dim1", (64, 32)), ("seq_3d", (2, 8, 32))):
+            with self.subTest(name):
+                counters.clear()
+                fn = self._mm_reduce_scatter(lambda y, y2, ws: torch.cat(_chunks(y, ws, 1), dim=0))
+                graph = self._post_grad_graph(fn, torch.randn(a), torch.randn(32, 16))
+                self.assertIn("symm_mem.fused_matmul_reduce_scatter", graph)
+                self.assertNotIn("reduce_scatter_tensor", graph)
+                self.assertGreater(counters["inductor"][FEATURE], 0)
+
+    def test_compile_unproven_forms_left_unfused(self):
+        for name in ("swapped", "strided"):
+            with self.subTest(f"ag_{name}"):
+                fn = self._all_gather_mm(AG_REJECTED[name][0])
+                graph = self._post_grad_graph(fn, torch.randn(64, 1024), torch.randn(2048, 32))
+                self.assertNotIn("symm_mem", graph)
+                self.assertIn("all_gather_into_tensor", graph)
+            with self.subTest(f"rs_{name}"):
+                fn = self._mm_reduce_scatter(RS_REJECTED[name][0])
+                graph = self._post_grad_graph(fn, torch.randn(64, 32), torch.randn(32, 16))
+                self.assertNotIn("symm_mem", graph)
+                self.assertIn("reduce_scatter_tensor", graph)
+
+
+# ---------------------------------------------------------------------------
+# End to end on two GPUs: NCCL, symmetric memory, torch.compile, numerics.
+# ---------------------------------------------------------------------------
+
+HAS_TWO_GPUS = (
+    HAS_DIST
+    and torch.cuda.is_available()
+    and torch.cuda.device_count() >= 2
+    and dist.is_nccl_available()
+)
+
+if HAS_DIST:
+    from torch._inductor.utils import fresh_cache, run_and_get_code
+    from torch.testing._internal.common_distributed import MultiProcessTestCase
+
+    # name -> (form, shard shape, fused?)
+    E2E_ALL_GATHER = {
+        "repro_gather_k": (AG_PROVEN["repro_cat_dim1"][0], (64, 1024), True),
+        "seq_3d": (AG_PROVEN["repro_cat_dim1"][0], (2, 64, 256), True),
+        "cat_dim0": (AG_PROVEN["cat_dim0"][0], (64, 256), True),
+        "index_to_end": (AG_PROVEN["index_to_end"][0], (2, 64, 256), True),
+        "swapped": (AG_REJECTED["swapped"][0], (64, 1024), False),
+        "duplicated": (AG_REJECTED["duplicated"][0], (64, 1024), False),
+        "strided": (AG_REJECTED["strided"][0], (64, 1024), False),
+    }
+    # name -> (form, A shape, fused?)
+    E2E_REDUCE_SCATTER = {
+        "repro_narrow_dim1": (RS_PROVEN["repro_narrow_dim1"][0], (128, 256), True),
+        "narrow_dim0": (RS_PROVEN["narrow_dim0"][0], (128, 256), True),
+        "seq_3d": (
+            lambda y, y2, ws: torch.cat(_chunks(y, ws, 1), dim=0),
+            (2, 128, 256),
+            True,
+        ),
+        "swapped": (RS_REJECTED["swapped"][0], (128, 256), False),
+        "partial": (RS_REJECTED["partial"][0], (128, 256), False),
+        "duplicated": (RS_REJECTED["duplicated"][0], (128, 256), False),
+    }
+
+    @unittest.skipIf(not HAS_TWO_GPUS, "needs 2 CUDA GPUs and NCCL")
+    class MicroPipelineTPSliceCatMultiGPUTest(MultiProcessTestCase):
+        """Two ranks, NCCL and symmetric memory: the fused op is in the
+        generated code exactly for the proven forms, and every form computes
+        what eager (unfused) computes."""
+
+        @property
+        def world_size(self) -> int:
+            return 2
+
+        def setUp(self):
+            super().setUp()
+            self._spawn_processes()
+
+        def _init_process(self):
+            torch.cuda.set_device(self.rank)
+            store = dist.FileStore(self.file_name, self.world_size)
+            dist.init_process_group(
+                backend="nccl", world_size=self.world_size, rank=self.rank, store=store
+            )
+            from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+            enable_symm_mem_for_group(dist.group.WORLD.group_name)
+            torch.manual_seed(1234 + self.rank)
+
+        def _check_forms(self, forms, make_fn, make_args, fused_op):
+            self._init_process()
+            try:
+                with fresh_cache():
+                    for name, (form, shape, fused) in forms.items():
+                        counters.clear()
+                        torch._dynamo.reset()
+                        fn = make_fn(form)
+                        args = make_args(shape)
+                        expected = fn(*args)
+                        with inductor_config.patch(_micro_pipeline_tp=True):
+                            actual, codes = run_and_get_code(
+                                torch.compile(fn, fullgraph=True), *args
+                            )
+                        code = "\n".join(codes)
+                        self.assertEqual(fused_op in code, fused, msg=f"{name}: {fused_op}")
+                        self.assertEqual(counters["inductor"][FEATURE] > 0, fused, msg=name)
+                        # fp32: only the summation order differs when fused.
+                        self.assertEqual(actual, expected, atol=1e-3, rtol=1e-3, msg=name)
+            finally:
+                dist.destroy_process_group()
+
+        def test_e2e_all_gather_matmul_slice_cat(self):
+            def make_fn(form):
+                group_name = dist.group.WORLD.group_name
+
+                def fn(x, w):
+                    a = form(_all_gather(x, 0, group_name), None, 2)
+                    return a @ w[: a.shape[-1]]
+
+                return fn
+
+            def make_args(shard):
+                return (
+                    torch.randn(shard, device="cuda"),
+                    torch.randn(2 * shard[-1], 64, device="cuda"),
+                )
+
+            self._check_forms(
+                E2E_ALL_GATHER, make_fn, make_args, "fused_all_gather_matmul"
+            )
+
+        def test_e2e_matmul_reduce_scatter_slice_cat(self):
+            def make_fn(form):
+                group_name = dist.group.WORLD.group_name
+
+                def fn(a, b):
+                    return _reduce_scatter(form(a @ b, None, 2), "sum", 0, group_name)
+
+                return fn
+
+            def make_args(a_shape):
+                return (
+                    torch.randn(a_shape, device="cuda"),
+                    torch.randn(a_shape[-1], 128, device="cuda"),
+                )
+
+            self._check_forms(
+                E2E_REDUCE_SCATTER, make_fn, make_args, "fused_matmul_reduce_scatter"
+            )
+
+
+if __name__ == "__main__":
+    run_tests()
