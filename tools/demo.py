@@ -37,7 +37,8 @@ def demo_scripts(metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) 
     return out
 
 
-def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None = None) -> int:
+def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None = None,
+              metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) -> int:
     site = find_site_packages()
     st = State(site)
     m = st.manifest()
@@ -49,7 +50,7 @@ def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None =
         raise PatchsetError(site / bad[0], "installed patch set has drifted; see `python -m tools status`")
     print(f"{m['patchset']['name']} {m['patchset']['version']} on torch {m['torch_version']} ({sys.executable})")
     results = []
-    for name, script in demo_scripts():
+    for name, script in demo_scripts(metadata, examples):
         if only and not any(o in name for o in only):
             continue
         print(f"\n{'=' * 100}\n== {name}: {script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script}"

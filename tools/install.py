@@ -406,6 +406,8 @@ def commit_install(st: State, plan: dict) -> None:
     except BaseException as exc:
         progress(f"install failed ({exc!r}); rolling back")
         recover(st)
+        if isinstance(exc, OSError):
+            raise PatchsetError(exc.filename or st.dir, f"install failed and was rolled back: {exc.strerror or exc}") from exc
         raise
 
 
@@ -471,6 +473,11 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
             dist = TorchDist(site)
         plan = plan_install(dist, patches_dir, metadata)
         m = plan["manifest"]
+        for d in {(site / e["path"]).parent for e in m["files"]} | {site / "torch/_inductor"}:
+            while not d.exists():
+                d = d.parent
+            if not os.access(d, os.W_OK):
+                raise PatchsetError(d, f"not writable by this user; run install as the owner of {site}")
         if dry_run:
             for e in m["files"]:
                 print(f"would {'add' if e['action'] == 'added' else 'modify'} {e['path']}")

@@ -154,7 +154,7 @@ def test_failure_in_process_rolls_back(env, monkeypatch):
         return real(target, data, **kw)
 
     monkeypatch.setattr(inst, "_write_atomic", flaky)
-    with pytest.raises(OSError):
+    with pytest.raises(PatchsetError, match="rolled back: No space left"):
         install(site, patches, meta)
     assert ft.tree_digest(site) == before
 
