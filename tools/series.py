@@ -293,6 +293,8 @@ def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> 
 def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, warn=progress) -> dict[str, dict[str, bytes]]:
     ps = sources.load()
     selected = _select_bases(ps, selected)
+    for f in unclaimed_overlay_files(ps, sources):
+        warn(f"warning: {f}: in torch_overlay/ but listed by no patch; it is not shipped")
     outputs = {}
     for base in selected:
         progress(f"generate v{base}: {len(ps.series(base))} patches")
@@ -407,8 +409,9 @@ def affects_includes(spec: str, base: str) -> bool:
     return True
 
 
-def check_headers(base: str, pdir: Path, *, warn=progress) -> list[Problem]:
-    """(b) headers of every listed patch."""
+def check_headers(base: str, pdir: Path, *, warn=progress, warned: set | None = None) -> list[Problem]:
+    """(b) headers of every listed patch. ``warned`` dedupes warnings across bases."""
+    warned = set() if warned is None else warned
     probs = []
     if not (pdir / "series").is_file():
         return probs
@@ -424,8 +427,9 @@ def check_headers(base: str, pdir: Path, *, warn=progress) -> list[Problem]:
             probs.append(Problem(w, f"subject {subject!r} does not start with {SUBJECT_PREFIX!r}"))
         if not body:
             probs.append(Problem(w, "commit message has no body saying why the patch exists"))
-        elif re.search(r"\bTODO\b", body):
-            warn(f"warning: {w}: the body still has a TODO where the why belongs")
+        elif re.search(r"\bTODO\b", body) and name not in warned:
+            warned.add(name)
+            warn(f"warning: {name}: the body (why the patch exists) still has a TODO (patchset.toml)")
         keys = [k for k, _ in trailers]
         for key, (required, repeatable) in TRAILERS.items():
             n = keys.count(key)
@@ -499,6 +503,22 @@ def check_regenerate(base: str, pdir: Path, expected: dict[str, bytes]) -> tuple
     return probs, "".join(diffs)
 
 
+def unclaimed_overlay_files(ps: Patchset, sources: Sources) -> list[Path]:
+    """Files under torch_overlay/ that no patch lists: they would silently never ship."""
+    claimed = {o for p in ps.patches for o in p.overlay}
+    out = []
+    if sources.overlay_dir.is_dir():
+        for f in sorted(sources.overlay_dir.rglob("*")):
+            rel = f.relative_to(sources.overlay_dir)
+            if f.is_file() and "__pycache__" not in rel.parts and f.suffix != ".pyc" and rel.as_posix() not in claimed:
+                out.append(f)
+    return out
+
+
+def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
+    return [Problem(str(f), "is in torch_overlay/ but no [[patch]] in patchset.toml lists it under overlay") for f in unclaimed_overlay_files(ps, sources)]
+
+
 def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, out=sys.stdout) -> list[Problem]:
     ps = sources.load()
     selected = _select_bases(ps, selected)
@@ -506,13 +526,15 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
     for d in sorted(sources.patches_dir.glob("v*")) if sources.patches_dir.is_dir() else ():
         if d.is_dir() and d.name[1:] not in ps.bases:
             problems.append(Problem(str(d), f"no base {d.name[1:]} in patchset.toml; delete this directory"))
+    problems += check_overlay_claimed(ps, sources)
+    warned: set = set()
     for base in selected:
         pdir = sources.patches_dir / f"v{base}"
         found = []
         progress(f"check v{base}: [1/4] series and files")
         found += check_files(base, ps, pdir)
         progress(f"check v{base}: [2/4] headers")
-        found += check_headers(base, pdir)
+        found += check_headers(base, pdir, warned=warned)
         try:
             tree = bases_mod.require_base_tree(base, cache_dir)
         except PatchsetError as e:

@@ -295,6 +295,19 @@ def test_check_patch_that_only_applies_in_series(fake_patchset, tmp_path):
     assert [(pr.where, "does not apply alone" in pr.reason) for pr in probs] == [(str(fp.patches_dir / "v2.13.0" / "inductor-beta.patch"), True)]
 
 
+def test_check_unclaimed_overlay_file(fake_generated):
+    fp = fake_generated
+    stray = fp.root / "torch_overlay/torch/_inductor/fx_passes/alpha_helpers.py"
+    stray.write_text("x = 1\n")
+    (fp.root / "torch_overlay/torch/_inductor/fx_passes/__pycache__").mkdir()
+    (fp.root / "torch_overlay/torch/_inductor/fx_passes/__pycache__/alpha.cpython-311.pyc").write_bytes(b"")
+    probs, _ = _check(fp)
+    assert [(pr.where, "no [[patch]]" in pr.reason) for pr in probs] == [(str(stray), True)]
+    msgs = []
+    series.generate(fp.sources, cache_dir=fp.cache, warn=msgs.append)
+    assert any(str(stray) in m and "not shipped" in m for m in msgs)
+
+
 def test_check_missing_series_dir_and_stale_base_dir(fake_generated):
     fp = fake_generated
     shutil.rmtree(fp.patches_dir / "v2.11.0")
