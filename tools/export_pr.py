@@ -145,6 +145,8 @@ def export_prs(
                 numstat.append((a, dl, path, path in added_files))
             readme = sources.root / "benchmarks" / "README.md"
             (d / "PR.md").write_text(pr_markdown(p, base, git_version, numstat, benchmark_section(readme, p), readme))
+            if re.search(r"\bTODO\b", p.body):
+                progress(f"warning: {p.name}: PR.md summary is a TODO; fill in the why in patchset.toml before proposing it")
             progress(f"export-pr v{base}: [{i}/{len(selected)}] branch {p.name} ({commit[:12]}), {p.name}/PR.md")
         (tmp / MARKER).write_text(f"exported by python -m tools export-pr from {pdir}\n")
         (tmp / "pr.index").unlink(missing_ok=True)

@@ -179,3 +179,28 @@ def test_apply_cli(fake_generated, tmp_path):
     (co / "junk").write_text("x")
     r = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 2 and f"error: {co}: working tree is not clean (junk)" in r.stderr
+
+
+def test_apply_interrupted_midway_restores(fake_generated, tmp_path, monkeypatch):
+    """Ctrl-C while the second patch is being applied: the first patch's commit is undone too."""
+    import tools.apply as ap
+
+    fp = fake_generated
+    co = fp.checkout("2.13.0", tmp_path / "pytorch")
+    before = tree_state(co)
+    real_git = ap.gitutil.git
+    ams = []
+
+    def flaky_git(*args, **kw):
+        if args[0] == "am" and "--abort" not in args:
+            ams.append(args)
+            if len(ams) == 2:
+                real_git(*args, **kw)  # the patch lands, then the user hits Ctrl-C
+                raise KeyboardInterrupt
+        return real_git(*args, **kw)
+
+    monkeypatch.setattr(ap.gitutil, "git", flaky_git)
+    with pytest.raises(KeyboardInterrupt):
+        _apply(fp, co)
+    assert len(ams) == 2
+    assert tree_state(co) == before
