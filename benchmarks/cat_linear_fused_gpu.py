@@ -1,0 +1,235 @@
+"""Paired stock-vs-patched benchmark for the cat_linear_fused pre-grad pass.
+
+Needs a torch with the inductor-cat-linear-fused patch installed (the "stock"
+column runs the same torch with ``config.cat_linear_fused = False``, so both
+columns share one process, one GPU and one set of inputs).
+
+For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
+{input, relu} x {forward, forward+backward}) it compiles
+
+  stock    F.linear(torch.cat(parts, -1), W)          cat_linear_fused off
+  patched  the same function                          cat_linear_fused on (per-site decision)
+  floor    F.linear(x, W) on an already materialized x (the GEMM alone)
+  view / addmm (with --forms): the pass forced into that form
+
+and times each with ``triton.testing.do_bench``; the timing sweep is repeated
+``--reps`` times, interleaving variants, and medians are reported.  It also
+records the form the pass chose, peak memory of one step, first-call compile
+time, and what upstream 2.15's ``pre_grad_fusion_options["cat_linear"]`` gate
+rule would pick for the case.
+
+    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_gpu.py --out $OUT/x.json
+"""
+
+import argparse
+import itertools
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
+    (8192, (64, 64), 256),
+    (8192, (128, 128, 128), 1024),
+    (8192, (1024, 1024), 1024),
+    (8192, (2048, 2048), 4096),
+    (16384, (4096, 4096), 4096),
+    (512, (2048, 2048), 8192),
+]
+
+
+def make_fn(producer):
+    def pre(ps):
+        return [torch.relu(p) for p in ps] if producer == "relu" else list(ps)
+
+    def f(W, *ps):
+        return F.linear(torch.cat(pre(ps), -1), W)
+
+    return f
+
+
+def floor_fn(W, x):
+    return F.linear(x, W)
+
+
+def upstream_215_gate(M, Ks, N, dtype):
+    """What torch 2.15's opt-in cat_linear fusion would do (its documented gates)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    fires = (
+        N <= 96
+        and M * sum(Ks) * itemsize >= 512 * 1024 * 1024
+        and 2 <= len(Ks) <= 3
+        and min(Ks) >= 8
+    )
+    return "clone" if fires else "stock"
+
+
+class _FormLog(logging.Handler):
+    """Collects the pass's 'rewrote ... as <form>' / skip lines."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.msgs = []
+
+    def emit(self, record):
+        self.msgs.append(record.getMessage())
+
+
+def setup_case(M, Ks, N, producer, bwd, dtype, device):
+    g = torch.Generator(device=device).manual_seed(0)
+    W = torch.randn(N, sum(Ks), device=device, dtype=dtype, generator=g) / math.sqrt(sum(Ks))
+    parts = [torch.randn(M, k, device=device, dtype=dtype, generator=g) for k in Ks]
+    x = torch.randn(M, sum(Ks), device=device, dtype=dtype, generator=g)
+    for t in (W, *parts, x):
+        t.requires_grad_(bwd)
+    gout = torch.randn(M, N, device=device, dtype=dtype, generator=g)
+    return W, parts, x, gout
+
+
+def compile_variant(variant, producer, device):
+    from torch._inductor import config as ic
+
+    fn = floor_fn if variant == "floor" else make_fn(producer)
+    patches = {"cat_linear_fused": variant != "stock" and variant != "floor"}
+    if variant in ("view", "addmm"):
+        patches["cat_linear_fused_force"] = variant
+    return torch.compile(fn, options=patches), patches
+
+
+def step_fn(cfn, variant, W, parts, x, gout, bwd):
+    args = (W, x) if variant == "floor" else (W, *parts)
+    if bwd:
+        def run():
+            cfn(*args).backward(gout)
+    else:
+        def run():
+            with torch.no_grad():
+                cfn(*args)
+    return run
+
+
+def do_bench(fn, device):
+    if device == "cuda":
+        from triton.testing import do_bench as tdb
+
+        return tdb(fn, warmup=25, rep=100) * 1000.0  # us
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    return benchmarker.benchmark_cpu(fn, warmup=3, rep=15) * 1000.0
+
+
+def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    W, parts, x, gout = setup_case(M, Ks, N, producer, bwd, dtype, device)
+    row = {"M": M, "Ks": list(Ks), "N": N, "producer": producer, "bwd": bwd,
+           "upstream_2_15_rule": upstream_215_gate(M, Ks, N, dtype)}  # fmt: skip
+    handler = _FormLog()
+    lg = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
+    lg.addHandler(handler)
+    lg.setLevel(logging.DEBUG)
+    runs = {}
+    try:
+        for v in variants:
+            handler.msgs.clear()
+            counters.clear()
+            cfn, _ = compile_variant(v, producer, device)
+            run = step_fn(cfn, v, W, parts, x, gout, bwd)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run()  # compiles
+            if device == "cuda":
+                torch.cuda.synchronize()
+            row[f"compile_s_{v}"] = round(time.perf_counter() - t0, 2)
+            run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                run()
+                torch.cuda.synchronize()
+                row[f"peak_mib_{v}"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+            if v == "patched":
+                rewrote = [m for m in handler.msgs if "rewrote" in m]
+                row["decision"] = rewrote[0].rsplit(" ", 1)[-1] if rewrote else "stock"
+                row["bench_runs"] = counters["inductor"]["cat_linear_fused_bench"]
+                row["pass_log"] = handler.msgs[-3:]
+            runs[v] = run
+        times = {v: [] for v in variants}
+        for _ in range(reps):
+            for v in variants:
+                times[v].append(do_bench(runs[v], device))
+        for v in variants:
+            row[v] = round(statistics.median(times[v]), 1)
+            row[f"{v}_reps"] = [round(t, 1) for t in times[v]]
+    finally:
+        lg.removeHandler(handler)
+    row["ratio"] = round(row["patched"] / row["stock"], 3)
+    row["stock_over_floor"] = round(row["stock"] / row["floor"], 3) if "floor" in row else None
+    return row
+
+
+def summarize(rows):
+    worst = max(r["ratio"] for r in rows)
+    slow = [r for r in rows if r.get("stock_over_floor") and r["stock_over_floor"] >= 1.2]
+    gm = (
+        math.exp(sum(math.log(r["stock"] / r["patched"]) for r in slow) / len(slow))
+        if slow else float("nan")
+    )  # fmt: skip
+    gm_all = math.exp(sum(math.log(r["stock"] / r["patched"]) for r in rows) / len(rows))
+    return {"worst_patched_over_stock": worst,
+            "geomean_speedup_where_stock_ge_1.2x_floor": round(gm, 3),
+            "n_cases_stock_ge_1.2x_floor": len(slow),
+            "geomean_speedup_all": round(gm_all, 3)}  # fmt: skip
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--forms", action="store_true", help="also time the forced forms")
+    ap.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="cat_linear_bench_"))
+    torch.backends.cuda.matmul.allow_tf32 = True
+    from torch._inductor import config as ic
+
+    assert hasattr(ic, "cat_linear_fused"), "install the inductor-cat-linear-fused patch first"
+    ic.force_disable_caches = True  # the pass must run on every compile
+    dtype = getattr(torch, args.dtype)
+    shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    variants = ["stock", "patched", "floor"] + (["view", "addmm"] if args.forms else [])
+    machine = (torch.cuda.get_device_name() if args.device == "cuda" else
+               f"cpu x{os.cpu_count()}")  # fmt: skip
+    print(torch.__version__, machine, flush=True)
+    rows = []
+    for (M, Ks, N), producer, bwd in itertools.product(shapes, ["input", "relu"], [False, True]):
+        row = run_case(M, Ks, N, producer, bwd, variants, args.reps, dtype, args.device)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if not k.endswith("_reps")}), flush=True)
+        if args.out:  # keep partial results if the run is cut short
+            with open(args.out + ".partial", "w") as f:
+                json.dump(rows, f)
+    summary = summarize(rows)
+    print(json.dumps(summary), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"torch": torch.__version__, "machine": machine, "dtype": args.dtype,
+                       "summary": summary, "rows": rows}, f, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""
+Pre-grad rewrite of ``linear(cat([x0, x1, ...], dim=-1), W, b)``.
+
+``cat`` on the contraction dim followed by a linear is the same GEMM as a sum of
+per-piece GEMMs on column slices of the weight::
+
+    linear(cat([x0, x1], -1), W, b) == linear(x0, W[:, :k0], b) + linear(x1, W[:, k0:])
+
+The per-piece form never materializes the concatenated activation, so it is not
+saved for backward and its gradient is never formed as one buffer.  Whether that
+is faster depends on the site: narrow pieces make inefficient GEMMs, and when the
+pieces come from pointwise producers Inductor already writes them straight into
+the cat buffer, so the cat is free in forward.  Measured on an H100, the
+unconditional rewrite is slower than stock in most cases, so this pass decides
+per site:
+
+* ``can_cat_linear_fused`` (safety): the shapes, dtypes and graph structure for
+  which the rewrite is exact.  Cheap, no benchmarking.
+* ``should_cat_linear_fused`` (profitability): on CUDA a compile-time benchmark of
+  the candidate forms for the mode the site runs in (forward only, or forward and
+  backward), cached in a ``LocalCache`` keyed on shapes, strides, dtype and
+  ``requires_grad``; never under ``config.deterministic``.  On CPU a rule measured
+  with ``benchmarks/cat_linear_fused_cpu.py``.  ``config.cat_linear_fused_force``
+  overrides the decision (tests, investigations).
+
+Candidate forms (see ``CatLinearMatch.rewrite``):
+
+* ``"view"``:  ``sum_i linear(x_i, narrow(W, 1, k_i, n_i))`` -- weight slices are
+  views (no per-call weight copy as in ROCm/pytorch#3233), bias on the first piece.
+* ``"addmm"``: ``addmm(addmm(mm(x_0, W_0^T), x_1, W_1^T), ...)`` -- the running sum
+  is the GEMM's ``C`` input, so accumulation happens in the GEMM epilogue instead
+  of in separate add kernels.
+
+Upstream (2.14+) ships an opt-in ``pre_grad_fusion_options["cat_linear"]`` with
+fixed gates.  The two coexist: that fusion runs inside ``group_batch_fusion_passes``
+before this pass, and whatever it rewrote no longer matches here.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .. import config
+
+
+log = logging.getLogger(__name__)
+
+_FEATURE = "cat_linear_fused"
+
+LINEAR_TARGETS = (F.linear, torch._C._nn.linear)
+CAT_TARGETS = (torch.cat, torch.concat, torch.concatenate)
+
+# Candidate per-piece forms, in the order they are benchmarked.
+FORMS = ("view", "addmm")
+
+# A per-piece form must beat stock by this factor before we take it: compile-time
+# eager timings are noisy and do not see every Inductor fusion.
+BENCH_MARGIN = 1.1
+
+
+def _skip(reason: str, *args: Any) -> None:
+    log.debug("skipping " + _FEATURE + ": " + reason, *args)
+
+
+def _val(node: Any) -> Any:
+    if not isinstance(node, torch.fx.Node):
+        return None
+    val = node.meta.get("example_value", node.meta.get("val"))
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` provable without adding a guard (sizes may be SymInts)."""
+    return statically_known_true(a == b)
+
+
+def _arg(node: torch.fx.Node, idx: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > idx:
+        return node.args[idx]
+    return node.kwargs.get(name, default)
+
+
+def _is_possible_mutation(node: torch.fx.Node) -> bool:
+    """Conservative: could ``node`` write to an existing tensor?"""
+    if node.op == "call_module":
+        return True
+    if node.op not in ("call_function", "call_method"):
+        return False
+    if node.kwargs.get("inplace", False) or node.kwargs.get("out") is not None:
+        return True
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if target in (operator.setitem, operator.delitem) or (
+        name.startswith("__i") and name.endswith("__")
+    ):
+        return True
+    return name.endswith("_") and not name.endswith("__")
+
+
+# Producers that Inductor fuses into the write of the cat buffer: with these the
+# cat is free in forward and stock only pays the GEMM.
+_POINTWISE_PRODUCERS = {
+    torch.relu, F.relu, torch.sigmoid, torch.tanh, F.gelu, F.silu, torch.exp,
+    torch.neg, torch.abs, torch.add, torch.mul, torch.sub, torch.div,
+    operator.add, operator.mul, operator.sub, operator.truediv, operator.neg,
+    "relu", "sigmoid", "tanh", "exp", "neg", "abs", "add", "mul", "sub", "div",
+}  # fmt: skip
+
+
+def _is_fused_producer(node: torch.fx.Node) -> bool:
+    if node.op not in ("call_function", "call_method") or len(node.users) != 1:
+        return False
+    target = node.target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return torch.Tag.pointwise in getattr(target, "tags", ())
+    try:
+        return target in _POINTWISE_PRODUCERS
+    except TypeError:  # unhashable target
+        return False
+
+
+@dataclass
+class CatLinearMatch:
+    """``linear(cat(parts, -1), weight, bias)``; owns its rewrite."""
+
+    linear: torch.fx.Node
+    cat: torch.fx.Node
+    parts: list[torch.fx.Node]
+    weight: torch.fx.Node
+    bias: torch.fx.Node | None
+    widths: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        assert len(self.parts) >= 2 and len(self.parts) == len(self.widths)
+        assert _same(sum(self.widths), _val(self.weight).shape[1])
+
+    @property
+    def rank(self) -> int:
+        return _val(self.cat).dim()
+
+    @property
+    def device(self) -> torch.device:
+        return _val(self.linear).device
+
+    @property
+    def needs_grad(self) -> bool:
+        # The fake value of the linear is computed under the graph's grad mode.
+        return bool(_val(self.linear).requires_grad)
+
+    @property
+    def fused_producers(self) -> list[bool]:
+        return [_is_fused_producer(p) for p in self.parts]
+
+    def rewrite(self, form: str) -> torch.fx.Node:
+        graph = self.linear.graph
+        with graph.inserting_before(self.linear):
+            if form == "view":
+                out = self._rewrite_view(graph)
+            elif form == "addmm":
+                out = self._rewrite_addmm(graph)
+            else:
+                raise AssertionError(f"unknown {_FEATURE} form {form!r}")
+        out.meta.update(
+            {k: v for k, v in self.linear.meta.items() if k != "example_value"}
+        )
+        self.linear.replace_all_uses_with(out)
+        graph.erase_node(self.linear)
+        if not self.cat.users:
+            graph.erase_node(self.cat)
+        return out
+
+    def _call(self, graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
+        node = graph.call_function(target, args)
+        vals = [_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
+        node.meta["example_value"] = target(*vals)
+        if "stack_trace" in self.linear.meta:
+            node.meta["stack_trace"] = self.linear.meta["stack_trace"]
+        return node
+
+    def _weight_slices(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
+        slices, start = [], 0
+        for width in self.widths:
+            slices.append(self._call(graph, torch.narrow, self.weight, 1, start, width))
+            start += width
+        return slices
+
+    def _rewrite_view(self, graph: torch.fx.Graph) -> torch.fx.Node:
+        acc = None
+        for i, (part, w) in enumerate(zip(self.parts, self._weight_slices(graph))):
+            y = self._call(graph, F.linear, part, w, self.bias if i == 0 else None)
+            acc = y if acc is None else self._call(graph, torch.add, acc, y)
+        assert acc is not None
+        return acc
+
+    def _rewrite_addmm(self, graph: torch.fx.Graph) -> torch.fx.Node:
+        acc = None
+        for i, (part, w) in enumerate(zip(self.parts, self._weight_slices(graph))):
+            x = part if self.rank == 2 else self._call(graph, torch.flatten, part, 0, -2)
+            wt = self._call(graph, torch.t, w)
+            if acc is not None:
+                acc = self._call(graph, torch.addmm, acc, x, wt)
+            elif self.bias is not None:
+                acc = self._call(graph, torch.addmm, self.bias, x, wt)
+            else:
+                acc = self._call(graph, torch.mm, x, wt)
+        assert acc is not None
+        if self.rank == 2:
+            return acc
+        lead = []
+        for d, size in enumerate(_val(self.parts[0]).shape[:-1]):
+            if isinstance(size, torch.SymInt):
+                size_node = graph.call_method("size", (self.parts[0], d))
+                size_node.meta["example_value"] = size
+                size = size_node
+            lead.append(size)
+        out = graph.call_function(torch.unflatten, (acc, 0, tuple(lead)))
+        out.meta["example_value"] = torch.unflatten(
+            _val(acc), 0, tuple(_val(self.parts[0]).shape[:-1])
+        )
+        return out
+
+
+def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
+    """Is rewriting this node exact?  Structure, shapes and dtypes only."""
+    if linear.op != "call_function" or linear.target not in LINEAR_TARGETS:
+        return None
+    cat = _arg(linear, 0, "input")
+    if not (
+        isinstance(cat, torch.fx.Node)
+        and cat.op == "call_function"
+        and cat.target in CAT_TARGETS
+    ):
+        return None
+    weight = _arg(linear, 1, "weight")
+    bias = _arg(linear, 2, "bias")
+    parts = _arg(cat, 0, "tensors")
+    dim = _arg(cat, 1, "dim", 0)
+
+    if not isinstance(parts, (list, tuple)) or len(parts) < 2:
+        _skip("cat of fewer than two parts at %s", linear)
+        return None
+    if not all(isinstance(p, torch.fx.Node) for p in parts):
+        _skip("a cat part is not a graph node at %s", linear)
+        return None
+    if not isinstance(weight, torch.fx.Node) or not (
+        bias is None or isinstance(bias, torch.fx.Node)
+    ):
+        _skip("weight or bias is not a graph node at %s", linear)
+        return None
+    if len(cat.users) != 1:
+        # The cat stays materialized for its other users: nothing to save, and a
+        # user could mutate it in place.
+        _skip("cat has other users at %s", linear)
+        return None
+
+    cat_val, w_val, out_val = _val(cat), _val(weight), _val(linear)
+    part_vals = [_val(p) for p in parts]
+    b_val = _val(bias) if bias is not None else None
+    if (
+        cat_val is None
+        or w_val is None
+        or out_val is None
+        or any(v is None for v in part_vals)
+        or (bias is not None and b_val is None)
+    ):
+        _skip("missing tensor metadata at %s", linear)
+        return None
+    if cat_val.dim() not in (2, 3):
+        _skip("input rank %d not in (2, 3) at %s", cat_val.dim(), linear)
+        return None
+    if not isinstance(dim, int) or dim % cat_val.dim() != cat_val.dim() - 1:
+        _skip("cat is not on the last dim at %s", linear)
+        return None
+    if any(v.dim() != cat_val.dim() for v in part_vals):
+        _skip("parts differ in rank at %s", linear)
+        return None
+    if w_val.dim() != 2 or (b_val is not None and b_val.dim() != 1):
+        _skip("weight is not 2-D or bias not 1-D at %s", linear)
+        return None
+
+    widths = [v.shape[-1] for v in part_vals]
+    if any(isinstance(k, torch.SymInt) for k in (*widths, w_val.shape[1])):
+        # Static feature widths are the common case (dynamic batch/sequence);
+        # symbolic ones would need guards on each width.
+        _skip("symbolic part width at %s", linear)
+        return None
+    if any(k == 0 for k in widths):
+        _skip("empty part at %s", linear)
+        return None
+    if not _same(sum(widths), w_val.shape[1]):
+        _skip("weight width does not match the cat at %s", linear)
+        return None
+    lead = cat_val.shape[:-1]
+    if not all(_same(a, b) for v in part_vals for a, b in zip(v.shape[:-1], lead)):
+        _skip("parts differ in leading shape at %s", linear)
+        return None
+
+    dtypes = {v.dtype for v in (*part_vals, w_val, out_val)}
+    if b_val is not None:
+        dtypes.add(b_val.dtype)
+    if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
+        _skip("mixed or non-floating dtypes %s at %s", dtypes, linear)
+        return None
+    devices = {v.device for v in (*part_vals, w_val, out_val)}
+    if b_val is not None:
+        devices.add(b_val.device)
+    if len(devices) != 1:
+        _skip("parts, weight and output are on different devices at %s", linear)
+        return None
+    if any(v.is_sparse or v.is_quantized for v in (*part_vals, w_val)):
+        _skip("sparse or quantized tensors at %s", linear)
+        return None
+
+    # Pre-grad IR is not functional: the per-piece GEMMs read the parts (and
+    # weight) where the linear was, so nothing in between may write to them.
+    node = cat.next
+    while node is not linear:
+        if _is_possible_mutation(node):
+            _skip("possible mutation %s between cat and linear at %s", node, linear)
+            return None
+        node = node.next
+
+    return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
+
+
+def _forced_form() -> str | None:
+    force = config.cat_linear_fused_force
+    if force is None or force == "bench":
+        return None
+    if force == "off" or force in FORMS:
+        return force
+    raise ValueError(
+        f"config.cat_linear_fused_force must be None, 'bench', 'off' or one of {FORMS}; "
+        f"got {force!r}"
+    )
+
+
+def should_cat_linear_fused(match: CatLinearMatch) -> str | None:
+    """Is the rewrite worth it, and in which form?  Returns a form or None."""
+    forced = _forced_form()
+    if forced is not None:
+        if forced == "off":
+            _skip("forced off at %s", match.linear)
+            return None
+        return forced
+
+    device = match.device
+    if device.type == "cuda" or config.cat_linear_fused_force == "bench":
+        return _should_by_benchmark(match)
+    if device.type == "cpu":
+        # Measured with benchmarks/cat_linear_fused_cpu.py (see benchmarks/README.md):
+        # on CPU the per-piece forms never beat stock by the margin.
+        _skip("no per-piece form is profitable on CPU at %s", match.linear)
+        return None
+    _skip("no profitability rule for device %s at %s", device, match.linear)
+    return None
+
+
+def _should_by_benchmark(match: CatLinearMatch) -> str | None:
+    from . import cat_linear_fused_bench as bench
+
+    if config.deterministic:
+        _skip("no benchmarking under config.deterministic at %s", match.linear)
+        return None
+    spec = bench.BenchSpec.from_match(match)
+    if spec is None:
+        _skip("no size hints for a benchmark at %s", match.linear)
+        return None
+    form = bench.get_cached_form(spec)
+    if form is None:
+        times = bench.benchmark_forms(spec)
+        form = choose_form(times)
+        bench.set_cached_form(spec, form)
+        log.debug("%s benchmark at %s: %s -> %s", _FEATURE, match.linear, times, form)
+    if form == "stock":
+        _skip("stock is within %.2fx of every form at %s", BENCH_MARGIN, match.linear)
+        return None
+    return form
+
+
+def choose_form(times: dict[str, float], margin: float = BENCH_MARGIN) -> str:
+    """Fastest form if it beats ``times["stock"]`` by ``margin``, else ``"stock"``."""
+    best = min((f for f in FORMS if f in times), key=times.__getitem__, default=None)
+    if best is not None and times["stock"] > times[best] * margin:
+        return best
+    return "stock"
+
+
+def find_cat_linear_matches(graph: torch.fx.Graph) -> list[CatLinearMatch]:
+    matches = []
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in LINEAR_TARGETS:
+            match = can_cat_linear_fused(node)
+            if match is not None:
+                matches.append(match)
+    return matches
+
+
+def cat_linear_fused_pass(graph: torch.fx.Graph) -> None:
+    """Find every ``linear(cat)`` site, decide per site, then rewrite."""
+    decided = []
+    for match in find_cat_linear_matches(graph):
+        form = should_cat_linear_fused(match)
+        if form is not None:
+            decided.append((match, form))
+    for match, form in decided:
+        match.rewrite(form)
+        counters["inductor"][_FEATURE] += 1
+        log.debug("%s: rewrote %s as %s", _FEATURE, match.linear, form)

@@ -1,0 +1,216 @@
+"""
+Compile-time benchmark behind ``cat_linear_fused``'s profitability check.
+
+Times stock ``linear(cat(...))`` against each per-piece form on real random
+tensors with the site's shapes, strides, dtype and ``requires_grad`` flags, in
+the mode the site runs in: forward only, or forward plus backward.  Results are
+cached in Inductor's ``LocalCache`` keyed by ``BenchSpec.key()``, so each distinct
+site is measured once per machine.
+
+What stock costs is modelled on what Inductor generates: a part produced by a
+pointwise op is written straight into the cat buffer, so for such parts the cat
+adds no traffic in forward and stock is timed as the GEMM on a ready buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch._inductor.codecache import LocalCache
+from torch.utils._mode_utils import no_dispatch
+
+from .cat_linear_fused import _val, FORMS
+
+
+if TYPE_CHECKING:
+    from .cat_linear_fused import CatLinearMatch
+
+
+def _concrete(sizes: Any) -> tuple[int, ...] | None:
+    out = []
+    for s in sizes:
+        if isinstance(s, torch.SymInt):
+            # ShapeEnv.size_hint has this signature on every base (2.11 .. 2.15).
+            hint = s.node.shape_env.size_hint(s.node.expr, allow_none=True)
+            if hint is None or not getattr(hint, "is_number", False):
+                return None
+            s = int(hint)
+        out.append(int(s))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    parts: tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...]
+    weight: tuple[tuple[int, ...], tuple[int, ...], bool]
+    bias: tuple[int, bool] | None
+    fused_producers: tuple[bool, ...]
+    dtype: torch.dtype
+    device: str
+    backward: bool
+
+    @classmethod
+    def from_match(cls, match: CatLinearMatch) -> BenchSpec | None:
+        """Concrete (hinted) sizes for the site, or None without hints."""
+
+        def desc(node: torch.fx.Node) -> tuple[Any, ...] | None:
+            v = _val(node)
+            shape, stride = _concrete(v.shape), _concrete(v.stride())
+            if shape is None or stride is None:
+                return None
+            return shape, stride, bool(v.requires_grad)
+
+        parts = tuple(desc(p) for p in match.parts)
+        weight = desc(match.weight)
+        if any(p is None for p in parts) or weight is None:
+            return None
+        bias = None
+        if match.bias is not None:
+            b_val = _val(match.bias)
+            bias = (int(b_val.shape[0]), bool(b_val.requires_grad))
+        w_val = _val(match.weight)
+        return cls(
+            parts=parts,  # type: ignore[arg-type]
+            weight=weight,  # type: ignore[arg-type]
+            bias=bias,
+            fused_producers=tuple(match.fused_producers),
+            dtype=w_val.dtype,
+            device=str(w_val.device),
+            backward=match.needs_grad,
+        )
+
+    def key(self) -> str:
+        dev = torch.device(self.device)
+        name = (
+            torch.cuda.get_device_name(dev)
+            if dev.type == "cuda" and torch.cuda.is_available()
+            else dev.type
+        )
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        return f"cat_linear_fused|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+
+
+def get_cat_linear_cache() -> LocalCache:
+    return LocalCache()
+
+
+def get_cached_form(spec: BenchSpec) -> str | None:
+    # One flat key: LocalCache.lookup only walks nested keys correctly at depth 1.
+    return get_cat_linear_cache().lookup(spec.key())  # type: ignore[return-value]
+
+
+def set_cached_form(spec: BenchSpec, form: str) -> None:
+    get_cat_linear_cache().set_value(spec.key(), value=form)
+
+
+def get_do_bench(device: str) -> Callable[[Callable[[], Any]], float]:
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    if torch.device(device).type == "cpu":
+        return functools.partial(benchmarker.benchmark_cpu, warmup=3, rep=10)
+    return functools.partial(benchmarker.benchmark_gpu, warmup=5)
+
+
+def _rand(shape: tuple[int, ...], stride: tuple[int, ...], spec: BenchSpec, rg: bool):
+    t = torch.empty_strided(shape, stride, dtype=spec.dtype, device=spec.device)
+    t.uniform_(-1, 1)
+    return t.requires_grad_(rg and spec.backward)
+
+
+def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
+    """One zero-arg callable per form (``"stock"`` plus ``FORMS``)."""
+    parts = [_rand(s, st, spec, rg) for s, st, rg in spec.parts]
+    w = _rand(*spec.weight[:2], spec, spec.weight[2])
+    b = None
+    if spec.bias is not None:
+        b = _rand((spec.bias[0],), (1,), spec, spec.bias[1])
+    widths = [s[-1] for s, _, _ in spec.parts]
+    lead = spec.parts[0][0][:-1]
+    x_ready = _rand((*lead, sum(widths)), _contiguous_stride((*lead, sum(widths))), spec,
+                    any(p.requires_grad for p in parts))  # fmt: skip
+
+    def stock():
+        if all(spec.fused_producers):
+            # Inductor writes pointwise producers into the cat buffer directly.
+            return F.linear(x_ready, w, b)
+        return F.linear(torch.cat(parts, -1), w, b)
+
+    def w_slices():
+        out, start = [], 0
+        for k in widths:
+            out.append(w.narrow(1, start, k))
+            start += k
+        return out
+
+    def view():
+        out = None
+        for i, (p, wi) in enumerate(zip(parts, w_slices())):
+            y = F.linear(p, wi, b if i == 0 else None)
+            out = y if out is None else out + y
+        return out
+
+    def addmm():
+        acc = None
+        for i, (p, wi) in enumerate(zip(parts, w_slices())):
+            x = p.flatten(0, -2)
+            if acc is not None:
+                acc = torch.addmm(acc, x, wi.t())
+            else:
+                acc = torch.addmm(b, x, wi.t()) if b is not None else x @ wi.t()
+        return acc.unflatten(0, lead)
+
+    fns = {"stock": stock, "view": view, "addmm": addmm}
+    assert set(FORMS) <= set(fns)
+    if not spec.backward:
+        return {name: fns[name] for name in ("stock", *FORMS)}
+
+    grad_out = torch.randn((*lead, spec.weight[0][0]), dtype=spec.dtype, device=spec.device)
+
+    def with_backward(fn: Callable[[], torch.Tensor], ready: bool) -> Callable[[], Any]:
+        leaves = [t for t in ([x_ready] if ready else parts) + [w, b] if t is not None and t.requires_grad]  # fmt: skip
+
+        def run():
+            out = fn()
+            return torch.autograd.grad(out, leaves, grad_out)
+
+        return run
+
+    return {
+        name: with_backward(fns[name], name == "stock" and all(spec.fused_producers))
+        for name in ("stock", *FORMS)
+    }
+
+
+def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def benchmark_forms(spec: BenchSpec, rounds: int = 2) -> dict[str, float]:
+    """Time stock and every form (ms); best of ``rounds`` interleaved rounds.
+
+    Every form runs once before any timing: the first GEMM of a process pays
+    for library initialization, and timing it cold once made a losing form look
+    3x faster than stock.
+    """
+    do_bench = get_do_bench(spec.device)
+    with no_dispatch(), torch.enable_grad() if spec.backward else torch.no_grad():
+        fns = make_form_fns(spec)
+        counters["inductor"]["cat_linear_fused_bench"] += 1
+        for fn in fns.values():
+            fn()
+        times: dict[str, float] = {}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t = do_bench(fn)
+                times[name] = min(t, times.get(name, t))
+        return times
