@@ -336,3 +336,23 @@ def test_real_patches_check_against_real_bases():
     out = io.StringIO()
     probs = series.check(series.Sources(), out=out)
     assert probs == [], "\n".join(map(str, probs)) + "\n" + out.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _real_bases_cached(), reason="real pristine bases not cached (python -m tools bases)")
+def test_real_sources_generate_and_check(tmp_path):
+    """This repo's sources (patchset.toml, hooks/, torch_overlay/, test/) generate on the real bases and the
+    result passes check, without touching this checkout's patches/."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for rel in ("patchset.toml", "hooks", "torch_overlay", "test", "benchmarks"):
+        src = REPO_ROOT / rel
+        if src.is_dir():
+            shutil.copytree(src, root / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.is_file():
+            shutil.copy2(src, root / rel)
+    sources = series.Sources(root)
+    series.generate(sources)
+    out = io.StringIO()
+    probs = series.check(sources, out=out)
+    assert probs == [], "\n".join(map(str, probs)) + "\n" + out.getvalue()
