@@ -353,6 +353,9 @@ at::Tensor da8w4_linear_cpu(
   for (const at::Tensor* t : {&input_scales, &input_qzeros, &weight, &weight_scales, &weight_qzeros}) {
     TORCH_CHECK(t->device().is_cpu(), "da8w4_linear_cpu: all tensors must be on CPU");
   }
+  TORCH_CHECK(
+      (symmetric || compensation.device().is_cpu()) && (!bias.has_value() || bias->device().is_cpu()),
+      "da8w4_linear_cpu: all tensors must be on CPU");
 
   std::vector<int64_t> out_sizes(input.sizes().begin(), input.sizes().end() - 1);
   out_sizes.push_back(N);
