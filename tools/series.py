@@ -295,6 +295,8 @@ def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Pat
     selected = _select_bases(ps, selected)
     for f in unclaimed_overlay_files(ps, sources):
         warn(f"warning: {f}: in torch_overlay/ but listed by no patch; it is not shipped")
+    for f, why in orphan_hook_files(ps, sources):
+        warn(f"warning: {f}: never used: {why}")
     outputs = {}
     for base in selected:
         progress(f"generate v{base}: {len(ps.series(base))} patches")
@@ -515,8 +517,30 @@ def unclaimed_overlay_files(ps: Patchset, sources: Sources) -> list[Path]:
     return out
 
 
+def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
+    """Files under hooks/ that generate never reads (unknown patch, a base the patch does not list, stray file)."""
+    wanted = {sources.hook_diff(p, b) for p in ps.patches for b in p.bases}
+    names = {p.name for p in ps.patches}
+    out = []
+    if sources.hooks_dir.is_dir():
+        for f in sorted(sources.hooks_dir.rglob("*")):
+            if not f.is_file() or f in wanted:
+                continue
+            rel = f.relative_to(sources.hooks_dir)
+            if rel.parts[0] not in names:
+                why = f"no [[patch]] named {rel.parts[0]!r} in patchset.toml"
+            elif re.fullmatch(r"v\d+\.\d+\.\d+\.diff", f.name) and len(rel.parts) == 2:
+                why = f"patch {rel.parts[0]} does not list base {f.name[1:-5]} in patchset.toml"
+            else:
+                why = "not a hooks/<patch-name>/v<base>.diff file"
+            out.append((f, why))
+    return out
+
+
 def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
-    return [Problem(str(f), "is in torch_overlay/ but no [[patch]] in patchset.toml lists it under overlay") for f in unclaimed_overlay_files(ps, sources)]
+    probs = [Problem(str(f), "is in torch_overlay/ but no [[patch]] in patchset.toml lists it under overlay") for f in unclaimed_overlay_files(ps, sources)]
+    probs += [Problem(str(f), f"is never used: {why}") for f, why in orphan_hook_files(ps, sources)]
+    return probs
 
 
 def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, out=sys.stdout) -> list[Problem]:

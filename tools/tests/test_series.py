@@ -308,6 +308,21 @@ def test_check_unclaimed_overlay_file(fake_generated):
     assert any(str(stray) in m and "not shipped" in m for m in msgs)
 
 
+def test_check_orphan_hook_files(fake_generated):
+    fp = fake_generated
+    gamma = fp.root / "hooks/inductor-gamma/v2.11.0.diff"  # gamma is 2.13-only
+    typo = fp.root / "hooks/inductor-alfa/v2.13.0.diff"
+    stray = fp.root / "hooks/inductor-alpha/v2.13.0.diff.orig"
+    for f in (gamma, typo, stray):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("")
+    probs, _ = _check(fp)
+    got = {pr.where: pr.reason for pr in probs}
+    assert set(got) == {str(gamma), str(typo), str(stray)}
+    assert "does not list base 2.11.0" in got[str(gamma)]
+    assert "no [[patch]] named 'inductor-alfa'" in got[str(typo)]
+
+
 def test_check_missing_series_dir_and_stale_base_dir(fake_generated):
     fp = fake_generated
     shutil.rmtree(fp.patches_dir / "v2.11.0")
