@@ -301,9 +301,15 @@ def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Pat
     for base in selected:
         progress(f"generate v{base}: {len(ps.series(base))} patches")
         outputs[base] = generate_base(base, ps, sources, cache_dir, warn=warn)
+    changes = {}
+    for base, files in outputs.items():
+        d = sources.patches_dir / f"v{base}"
+        have = {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} if d.is_dir() else {}
+        changes[base] = sorted(n for n in set(have) | set(files) if have.get(n) != files.get(n))
     write_generated(sources.patches_dir, outputs)
     for base in selected:
-        progress(f"generate v{base}: wrote {sources.patches_dir / f'v{base}'}")
+        what = f"changed: {', '.join(changes[base])}" if changes[base] else "unchanged"
+        progress(f"generate v{base}: wrote {sources.patches_dir / f'v{base}'} ({what})")
     return outputs
 
 
