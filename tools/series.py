@@ -266,9 +266,9 @@ def generate_base(base: str, ps: Patchset, sources: Sources, cache_dir: Path | N
 
 def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> None:
     """Replace ``patches_dir/v<base>/`` for each base in ``outputs``: staged fully, then swapped in."""
-    patches_dir.mkdir(parents=True, exist_ok=True)
     staged = {}
     try:
+        patches_dir.mkdir(parents=True, exist_ok=True)
         for base, files in outputs.items():
             d = Path(tempfile.mkdtemp(prefix=f".v{base}.new-", dir=patches_dir))
             d.chmod(0o755)
@@ -284,6 +284,8 @@ def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> 
             d.rename(dest)
             if old:
                 shutil.rmtree(old)
+    except OSError as e:
+        raise PatchsetError(e.filename or patches_dir, f"cannot write the generated series: {e.strerror or e}") from e
     finally:
         for d in staged.values():
             if d.exists():
