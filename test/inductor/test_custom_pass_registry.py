@@ -1,5 +1,4 @@
 # Owner(s): ["module: inductor"]
-import logging
 import pickle
 
 import torch
@@ -97,9 +96,13 @@ class CustomPassRegistryTest(TestCase):
         # Library A rewrites sin into cos, library B only records; with
         # assignment the second would have replaced the first.
         log = []
-        self.register("post_grad_custom_post_pass", SinToCos(log), name="lib_a.sin_to_cos")
         self.register(
-            "post_grad_custom_post_pass", RecordingPass("lib_b", log), name="lib_b.record"
+            "post_grad_custom_post_pass", SinToCos(log), name="lib_a.sin_to_cos"
+        )
+        self.register(
+            "post_grad_custom_post_pass",
+            RecordingPass("lib_b", log),
+            name="lib_b.record",
         )
         x = torch.randn(16)
         out, (code,) = run_and_get_code(torch.compile(fn), x)
@@ -142,9 +145,12 @@ class CustomPassRegistryTest(TestCase):
         self.compile_and_run(fn, x).sum().backward()
         for stage in stages:
             self.assertIn(stage.value, log)
-        self.assertLess(log.index("joint_custom_pre_pass"), log.index("joint_custom_post_pass"))
         self.assertLess(
-            log.index("post_grad_custom_pre_pass"), log.index("post_grad_custom_post_pass")
+            log.index("joint_custom_pre_pass"), log.index("joint_custom_post_pass")
+        )
+        self.assertLess(
+            log.index("post_grad_custom_pre_pass"),
+            log.index("post_grad_custom_post_pass"),
         )
 
     # -- removal, scope, ordering ------------------------------------------
@@ -213,15 +219,24 @@ class CustomPassRegistryTest(TestCase):
 
     def test_custom_pass_registry_rejects_cycles_duplicates_and_bad_stages(self):
         log = []
-        self.register("post_grad_custom_pre_pass", RecordingPass("a", log), name="a", before="b")
+        self.register(
+            "post_grad_custom_pre_pass", RecordingPass("a", log), name="a", before="b"
+        )
         with self.assertRaisesRegex(ValueError, "cycle"):
             cpr.register_custom_pass(
-                "post_grad_custom_pre_pass", RecordingPass("b", log), name="b", before="a"
+                "post_grad_custom_pre_pass",
+                RecordingPass("b", log),
+                name="b",
+                before="a",
             )
         with self.assertRaisesRegex(ValueError, "already registered"):
-            cpr.register_custom_pass("post_grad_custom_pre_pass", RecordingPass("a", log), name="a")
+            cpr.register_custom_pass(
+                "post_grad_custom_pre_pass", RecordingPass("a", log), name="a"
+            )
         with self.assertRaisesRegex(ValueError, "unknown custom pass stage"):
-            cpr.register_custom_pass("post_grad_pass_that_does_not_exist", RecordingPass("x", log))
+            cpr.register_custom_pass(
+                "post_grad_pass_that_does_not_exist", RecordingPass("x", log)
+            )
         with self.assertRaises(TypeError):
             cpr.register_custom_pass("post_grad_custom_pre_pass", object())
         names = [i.name for i in cpr.list_custom_passes()["post_grad_custom_pre_pass"]]
@@ -234,7 +249,9 @@ class CustomPassRegistryTest(TestCase):
         log = []
         assigned = RecordingPass("assigned", log)
         self.register(
-            "post_grad_custom_post_pass", RecordingPass("registered", log), name=f"lib.reg{as_list}"
+            "post_grad_custom_post_pass",
+            RecordingPass("registered", log),
+            name=f"lib.reg{as_list}",
         )
         value = [assigned] if as_list else assigned
         with inductor_config.patch(post_grad_custom_post_pass=value):
@@ -247,21 +264,28 @@ class CustomPassRegistryTest(TestCase):
         self.assertIn(f"lib.reg{as_list}", warnings[0])
         # leaving config.patch restores the field and keeps the registration
         self.assertEqual(
-            [(i.name, i.source) for i in cpr.list_custom_passes()["post_grad_custom_post_pass"]],
+            [
+                (i.name, i.source)
+                for i in cpr.list_custom_passes()["post_grad_custom_post_pass"]
+            ],
             [(f"lib.reg{as_list}", "registry")],
         )
 
     def test_custom_pass_registry_assignment_alone_is_unchanged(self):
         # No registrations: an assigned pass runs as upstream runs it, no warning.
         log = []
-        with inductor_config.patch(post_grad_custom_post_pass=RecordingPass("only", log)):
+        with inductor_config.patch(
+            post_grad_custom_post_pass=RecordingPass("only", log)
+        ):
             with self.assertNoLogs(REGISTRY_LOG, level="WARNING"):
                 self.compile_and_run(fn, torch.randn(4))
         self.assertEqual(log, ["only"])
 
     def test_custom_pass_registry_config_save_load(self):
         log = []
-        self.register("post_grad_custom_post_pass", RecordingPass("r", log), name="lib.r")
+        self.register(
+            "post_grad_custom_post_pass", RecordingPass("r", log), name="lib.r"
+        )
         self.register(
             "joint_custom_pre_pass", lambda graph: None, name="lib.lambda_without_uuid"
         )
@@ -274,7 +298,8 @@ class CustomPassRegistryTest(TestCase):
         self.assertIsNone(inductor_config.post_grad_custom_pre_pass)
         self.assertIn("max_autotune", copy)
         self.assertEqual(
-            sorted(cpr.list_custom_passes()), ["joint_custom_pre_pass", "post_grad_custom_post_pass"]
+            sorted(cpr.list_custom_passes()),
+            ["joint_custom_pre_pass", "post_grad_custom_post_pass"],
         )
 
     # -- FX graph cache ----------------------------------------------------
@@ -282,7 +307,9 @@ class CustomPassRegistryTest(TestCase):
     def _cached_compile(self, x):
         counters.clear()
         self.compile_and_run(fn, x)
-        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"][
+            "fxgraph_cache_miss"
+        ]
 
     @torch._functorch.config.patch(enable_autograd_cache=False)
     @inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False)
@@ -365,7 +392,9 @@ class CustomPassRegistryTest(TestCase):
 
         self.register("post_grad_custom_post_pass", RecordingPass("a", log), name="a")
         self.register(
-            "post_grad_custom_post_pass", plain_function_pass, name="test.plain_without_uuid"
+            "post_grad_custom_post_pass",
+            plain_function_pass,
+            name="test.plain_without_uuid",
         )
         with self.assertLogs(REGISTRY_LOG, level="WARNING") as logs:
             for _ in range(2):
@@ -414,7 +443,9 @@ class CustomPassRegistryTest(TestCase):
         with cpr.register_custom_pass("post_grad_custom_post_pass", a, name="a"):
             with cpr.register_custom_pass("post_grad_custom_post_pass", b, name="b"):
                 first = cpr.custom_pass_cache_details(include_pre_grad=True)
-                self.assertIsNone(cpr.custom_pass_cache_bypass_reason(include_pre_grad=True))
+                self.assertIsNone(
+                    cpr.custom_pass_cache_bypass_reason(include_pre_grad=True)
+                )
         with cpr.register_custom_pass("post_grad_custom_post_pass", b, name="b"):
             with cpr.register_custom_pass("post_grad_custom_post_pass", a, name="a"):
                 swapped = cpr.custom_pass_cache_details(include_pre_grad=True)

@@ -42,8 +42,9 @@ Design
   registration order, adjusted by optional ``before=``/``after=`` names (a
   stable topological sort that keeps registration order except that a pass
   with ``before=`` moves to just before the earliest pass it names, one with
-  ``after=`` to just after the latest).  Constraints naming a pass that is not registered are ignored
-  (a library can order itself against another one that may not be installed);
+  ``after=`` to just after the latest).  Constraints naming a pass that is
+  not registered are ignored (a library can order itself against another one
+  that may not be installed);
   a registration that would create a cycle raises ``ValueError`` and changes
   nothing.  Names are unique per stage: registering a taken name raises rather
   than replacing.  The order is deterministic, and :func:`list_custom_passes`
@@ -394,7 +395,9 @@ def _cache_stages(include_pre_grad: bool) -> list[CustomPassStage]:
 def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
     """Why the FX graph cache cannot serve this compile, or None.
 
-    ``include_pre_grad``: whether pre-grad passes run after the cache lookup."""
+    ``include_pre_grad``: whether pre-grad passes run after the cache lookup.
+    Each bypass bumps ``counters["inductor"]["custom_pass_cache_bypass"]``; the
+    first one a given pass causes logs one warning naming it."""
     for stage in _cache_stages(include_pre_grad):
         for info in list_custom_passes(stage)[stage.value]:
             if info.uuid is not None:
@@ -424,7 +427,10 @@ def custom_pass_cache_details(
     return tuple(
         (
             stage.value,
-            tuple((info.name, info.uuid) for info in list_custom_passes(stage)[stage.value]),
+            tuple(
+                (info.name, info.uuid)
+                for info in list_custom_passes(stage)[stage.value]
+            ),
         )
         for stage in _cache_stages(include_pre_grad)
     )
