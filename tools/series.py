@@ -586,7 +586,10 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
                     found.append(Problem(e.where, f"cannot regenerate: {e.reason}"))
                 else:
                     p2, diff = check_regenerate(base, pdir, gen.files)
-                    found += p2
+                    if pdir.is_dir():  # else (a) already said the whole directory is missing
+                        found += p2
+                    else:
+                        diff = ""
                     if diff:
                         print(f"--- drift in patches/v{base} (committed vs regenerated):", file=out)
                         print(diff, file=out, end="" if diff.endswith("\n") else "\n")
