@@ -57,6 +57,8 @@ FEATURE = "micro_pipeline_tp_slice_cat"
 
 IntLike = Union[int, torch.SymInt]
 
+_INT64_MAX = 2**63 - 1
+
 
 def _c10d() -> Any:
     # Looked up lazily: the functional collectives are only registered on
@@ -117,6 +119,10 @@ def _normalize_bound(bound: Any, size: IntLike, default: IntLike) -> IntLike | N
     value = _int_like(bound)
     if value is None:
         return None
+    # ``y[k:]`` traces to end=INT64_MAX, which a symbolic size can't be shown
+    # to stay under; no tensor dim is larger, so it means "to the end".
+    if isinstance(value, int) and value >= _INT64_MAX:
+        return size
     if _known(value >= size):
         return size
     if _known(value >= 0):
