@@ -547,6 +547,124 @@ class Da8w4ConcatLinearGraphTest(TestCase):
         self.assertEqual(getattr(gm, fused.args[3].target).shape[0], 4)
 
 
+@instantiate_parametrized_tests
+class Da8w4ConcatLinearPassTest(TestCase):
+    """The pass applied directly to hand-built frozen graphs (no compile)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        _ensure_ops()
+
+    def _graph(self, use_kwargs=False, placeholder_arg=None, bias=(True, False)):
+        """Two calls on one activation; ``placeholder_arg`` of the second call
+        is a graph input instead of a frozen constant."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [32, 64], bias=list(bias))
+        names = ("qweight", "qscales", "qzeros", "comp", "bias")
+        arg_names = ("weight", "weight_scales", "weight_qzeros", "compensation", "bias")
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        g = torch.fx.Graph()
+        xq, xs, xz = (g.placeholder(n) for n in ("xq", "xs", "xz"))
+        extra_inputs = []
+        outs = []
+        for i in range(2):
+            consts = {}
+            for name, arg in zip(names, arg_names):
+                t = getattr(mod, f"{name}{i}")
+                if t is None:
+                    consts[arg] = None
+                elif i == 1 and arg == placeholder_arg:
+                    consts[arg] = g.placeholder(f"{name}{i}")
+                    extra_inputs.append(t)
+                else:
+                    consts[arg] = g.get_attr(f"{name}{i}")
+            kwargs = dict(
+                input=xq,
+                input_scales=xs,
+                input_qzeros=xz,
+                **consts,
+                output_dtype=torch.float32,
+            )
+            if use_kwargs:
+                outs.append(g.call_function(op, (), kwargs))
+            else:
+                outs.append(g.call_function(op, tuple(kwargs.values())))
+        aten = torch.ops.aten
+        g.output(
+            (
+                g.call_function(aten.add.Tensor, (outs[0], 1)),
+                g.call_function(aten.mul.Tensor, (outs[1], 2)),
+            )
+        )
+        gm = torch.fx.GraphModule(mod, g)
+        x = torch.randn(5, 64)
+        inputs = [*_quantize_act(x, symmetric=False), *extra_inputs]
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        FakeTensorProp(gm, fake_mode).propagate(
+            *[fake_mode.from_tensor(t) for t in inputs]
+        )
+        return gm, inputs
+
+    def _run_pass(self, gm):
+        from torch._inductor.fx_passes.da8w4_concat_linear import (
+            da8w4_concat_linear_pass,
+        )
+
+        counters.clear()
+        with inductor_config.patch(freezing=True):
+            da8w4_concat_linear_pass(gm)
+        gm.graph.lint()
+        gm.recompile()
+        return counters["inductor"]["da8w4_concat_linear"]
+
+    @parametrize("use_kwargs", [False, True])
+    def test_da8w4_concat_linear_pass_args_and_meta(self, use_kwargs):
+        gm, inputs = self._graph(use_kwargs=use_kwargs)
+        expected = gm(*inputs)
+        self.assertEqual(self._run_pass(gm), 1)
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        (fused,) = gm.graph.find_nodes(op="call_function", target=op)
+        self.assertEqual(tuple(fused.meta["val"].shape), (5, 96))
+        self.assertEqual(fused.meta["val"].dtype, torch.float32)
+        # Consumers are pointwise: they read strided views, no clone.
+        self.assertEqual(
+            len(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)),
+            0,
+        )
+        # The bias-less call got zeros: still bit-identical.
+        for a, b in zip(expected, gm(*inputs)):
+            self.assertTrue(torch.equal(a, b))
+        # Old constants are gone from the module.
+        for name in ("qweight0", "qscales1", "comp0", "bias0"):
+            self.assertFalse(hasattr(gm, name), name)
+
+    @parametrize(
+        "arg", ["weight", "weight_scales", "weight_qzeros", "compensation", "bias"]
+    )
+    def test_da8w4_concat_linear_pass_non_constant_operand(self, arg):
+        gm, inputs = self._graph(placeholder_arg=arg, bias=(True, True))
+        before = str(gm.graph)
+        self.assertEqual(self._run_pass(gm), 0)
+        self.assertEqual(str(gm.graph), before)
+
+    def test_da8w4_concat_linear_pass_freezing_off(self):
+        gm, _ = self._graph()
+        before = str(gm.graph)
+        from torch._inductor.fx_passes.da8w4_concat_linear import (
+            da8w4_concat_linear_pass,
+        )
+
+        counters.clear()
+        with inductor_config.patch(freezing=False):
+            da8w4_concat_linear_pass(gm)
+        self.assertEqual(counters["inductor"]["da8w4_concat_linear"], 0)
+        self.assertEqual(str(gm.graph), before)
+
+
 if __name__ == "__main__":
     if IS_LINUX and HAS_CPU:
         run_tests()

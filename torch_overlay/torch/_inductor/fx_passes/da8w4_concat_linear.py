@@ -513,6 +513,7 @@ def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
         log.debug("skipping da8w4_concat_linear: freezing is off")
         return
     if _da8w4_linear_op() is None:
+        log.debug("skipping da8w4_concat_linear: torchao::da8w4_linear_cpu is not defined")
         return
     matches = find_da8w4_concat_linear_matches(gm)
     old_targets: OrderedSet[str] = OrderedSet()
