@@ -102,3 +102,30 @@ def test_wheel_cli(src):
                      "--metadata", str(meta), "--verify")
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()).is_file()
+
+
+def test_real_wheel_matches_install(tmp_path):
+    """On the real 2.13.0 wheel: the patched wheel's torch/ changes are exactly what `install` writes (so the
+    suite run against `install` also covers the wheel's code), and only version.py/_patchset_info differ."""
+    from tools.common import CACHE_DIR
+    from tools.install import STATE_DIR
+    from tools.tests.test_install import REAL_PATCHES, clone_real_site
+
+    wheels = sorted((CACHE_DIR / "wheels").glob("torch-2.13.0+cpu-*.whl")) + sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
+    if not wheels or not (REAL_PATCHES / "v2.13.0" / "series").exists():
+        pytest.skip("needs the local torch 2.13.0+cpu wheel and patches/v2.13.0")
+    out = build_wheel(wheels[0], tmp_path / "dist", REAL_PATCHES)
+    site = clone_real_site(tmp_path / "env")
+    r = ft.run_tools("install", "--site-packages", str(site), "--patches", str(REAL_PATCHES))
+    assert r.returncode == 0, r.stderr
+    import json
+
+    m = json.loads((site / STATE_DIR / "manifest.json").read_text())
+    with zipfile.ZipFile(wheels[0]) as zi, zipfile.ZipFile(out) as zo:
+        changed = {i.filename for i in zo.infolist() if i.filename.startswith("torch/")
+                   and (i.filename not in zi.NameToInfo or zi.getinfo(i.filename).CRC != i.CRC)}
+        assert changed == {e["path"] for e in m["files"]} | {"torch/version.py"}
+        for e in m["files"]:
+            if e["path"] != INFO_MODULE:
+                assert zo.read(e["path"]) == (site / e["path"]).read_bytes(), e["path"]
+    assert ft.run_tools("uninstall", "--site-packages", str(site)).returncode == 0
