@@ -45,7 +45,9 @@ from torch._inductor.utils import run_and_get_code
 
 
 all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+reduce_scatter = (
+    getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+)
 
 FEATURE = "micro_pipeline_tp_slice_cat"
 
@@ -55,41 +57,56 @@ def chunks(y, ws, dim):
     return [y.narrow(dim, i * n, n) for i in range(ws)]
 
 
-def make_case(name, M, K, N, ws, group_name, dtype):
-    """(canonical fn, slice/cat fn, input shapes, fused op name) for one case."""
-    if name == "ag_k":  # the reported repro: all_gather -> cat(narrow(0), dim=1) -> mm
-        shapes = [(M, K // ws), (K, N)]
-        canon = lambda x, w: all_gather(x, 1, group_name) @ w  # noqa: E731
-        slicecat = lambda x, w: torch.cat(chunks(all_gather(x, 0, group_name), ws, 0), dim=1) @ w  # noqa: E731
-        op = "fused_all_gather_matmul"
-    elif name == "ag_seq":  # sequence parallel, [b, s, h] gathered on s
-        shapes = [(2, M // 2 // ws, K), (K, N)]
-        canon = lambda x, w: all_gather(x, 1, group_name) @ w  # noqa: E731
-        slicecat = lambda x, w: torch.cat(chunks(all_gather(x, 0, group_name), ws, 0), dim=1) @ w  # noqa: E731
-        op = "fused_all_gather_matmul"
-    elif name == "ag_m":  # cat on the stacking dim: the probe's canonical case
-        shapes = [(M // ws, K), (K, N)]
-        canon = lambda x, w: all_gather(x, 0, group_name) @ w  # noqa: E731
-        slicecat = lambda x, w: torch.cat(chunks(all_gather(x, 0, group_name), ws, 0), dim=0) @ w  # noqa: E731
-        op = "fused_all_gather_matmul"
-    elif name == "rs_n":  # the reported repro: mm -> cat(narrow(1), dim=0) -> reduce_scatter
-        shapes = [(M, K // ws), (K // ws, N)]
-        canon = lambda a, b: reduce_scatter(a @ b, "sum", 1, group_name)  # noqa: E731
-        slicecat = lambda a, b: reduce_scatter(torch.cat(chunks(a @ b, ws, 1), dim=0), "sum", 0, group_name)  # noqa: E731
-        op = "fused_matmul_reduce_scatter"
-    elif name == "rs_seq":  # sequence parallel, [b, s, h] scattered on s
-        shapes = [(2, M // 2, K // ws), (K // ws, N)]
-        canon = lambda a, b: reduce_scatter(a @ b, "sum", 1, group_name)  # noqa: E731
-        slicecat = lambda a, b: reduce_scatter(torch.cat(chunks(a @ b, ws, 1), dim=0), "sum", 0, group_name)  # noqa: E731
-        op = "fused_matmul_reduce_scatter"
-    elif name == "rs_m":  # slices on the scattered dim: the probe's canonical case
-        shapes = [(M, K // ws), (K // ws, N)]
-        canon = lambda a, b: reduce_scatter(a @ b, "sum", 0, group_name)  # noqa: E731
-        slicecat = lambda a, b: reduce_scatter(torch.cat(chunks(a @ b, ws, 0), dim=0), "sum", 0, group_name)  # noqa: E731
-        op = "fused_matmul_reduce_scatter"
-    else:
-        raise ValueError(name)
-    return canon, slicecat, shapes, op
+def make_case(name, M, K, N, ws, group_name):
+    """(input shapes, canonical fn, slice/cat fn, fused op name) for one case."""
+
+    def ag_canonical(gather_dim):
+        def fn(x, w):
+            return all_gather(x, gather_dim, group_name) @ w
+
+        return fn
+
+    def ag_slicecat(cat_dim):
+        def fn(x, w):
+            y = all_gather(x, 0, group_name)
+            return torch.cat(chunks(y, ws, 0), dim=cat_dim) @ w
+
+        return fn
+
+    def rs_canonical(scatter_dim):
+        def fn(a, b):
+            return reduce_scatter(a @ b, "sum", scatter_dim, group_name)
+
+        return fn
+
+    def rs_slicecat(slice_dim):
+        def fn(a, b):
+            y = torch.cat(chunks(a @ b, ws, slice_dim), dim=0)
+            return reduce_scatter(y, "sum", 0, group_name)
+
+        return fn
+
+    ag, rs = "fused_all_gather_matmul", "fused_matmul_reduce_scatter"
+    cases = {
+        # the reported repro: all_gather -> cat(narrow(0), dim=1) -> mm
+        "ag_k": ([(M, K // ws), (K, N)], ag_canonical(1), ag_slicecat(1), ag),
+        # sequence parallel: [b, s, h] gathered on s
+        "ag_seq": ([(2, M // 2 // ws, K), (K, N)], ag_canonical(1), ag_slicecat(1), ag),
+        # cat on the stacking dim: the probe's canonical case
+        "ag_m": ([(M // ws, K), (K, N)], ag_canonical(0), ag_slicecat(0), ag),
+        # the reported repro: mm -> cat(narrow(1), dim=0) -> reduce_scatter
+        "rs_n": ([(M, K // ws), (K // ws, N)], rs_canonical(1), rs_slicecat(1), rs),
+        # sequence parallel: [b, s, h] scattered on s
+        "rs_seq": (
+            [(2, M // 2, K // ws), (K // ws, N)],
+            rs_canonical(1),
+            rs_slicecat(1),
+            rs,
+        ),
+        # slices on the scattered dim: the probe's canonical case
+        "rs_m": ([(M, K // ws), (K // ws, N)], rs_canonical(0), rs_slicecat(0), rs),
+    }
+    return cases[name]
 
 
 def timed_ms(fn, args, warmup, iters):
@@ -141,17 +158,27 @@ def main():
         "python": platform.python_version(),
         "env": {
             k: os.environ.get(k)
-            for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+            for k in (
+                "NCCL_NVLS_ENABLE",
+                "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                "NVSHMEM_DISABLE_NVLS",
+            )
         },
     }
     log(f"# {machine}")
-    log(f"# bf16 M={args.M} K={args.K} N={args.N}, {args.iters} iters x {args.reps} reps, slower rank")
+    log(
+        f"# bf16 M={args.M} K={args.K} N={args.N}, {args.iters} iters x {args.reps} reps, slower rank"
+    )
 
     results = []
     for case in args.cases.split(","):
-        canon, slicecat, shapes, op = make_case(case, args.M, args.K, args.N, ws, group_name, dtype)
+        shapes, canon, slicecat, op = make_case(
+            case, args.M, args.K, args.N, ws, group_name
+        )
         torch.manual_seed(rank)
-        inputs = [torch.randn(s, device="cuda", dtype=dtype) / s[-1] ** 0.5 for s in shapes]
+        inputs = [
+            torch.randn(s, device="cuda", dtype=dtype) / s[-1] ** 0.5 for s in shapes
+        ]
         variants = {}
         for vname, fn, on in (
             ("canonical_unfused", canon, False),
@@ -175,7 +202,9 @@ def main():
             }
         ref = variants["slicecat_unfused"]["out"].float()
         for v in variants.values():
-            v["max_rel_err"] = ((v["out"].float() - ref).abs().max() / ref.abs().max()).item()
+            v["max_rel_err"] = (
+                (v["out"].float() - ref).abs().max() / ref.abs().max()
+            ).item()
         variants["slicecat_fused"]["identical_to_canonical_fused"] = torch.equal(
             variants["slicecat_fused"]["out"], variants["canonical_fused"]["out"]
         )
@@ -191,14 +220,19 @@ def main():
             "ms": {k: v["ms"] for k, v in variants.items()},
             "fused_in_code": {k: v["fused"] for k, v in variants.items()},
             "slice_cat_proven": {k: v["slice_cat_proven"] for k, v in variants.items()},
-            "max_rel_err_vs_slicecat_unfused": {k: v["max_rel_err"] for k, v in variants.items()},
+            "max_rel_err_vs_slicecat_unfused": {
+                k: v["max_rel_err"] for k, v in variants.items()
+            },
             "slicecat_fused_identical_to_canonical_fused": variants["slicecat_fused"][
                 "identical_to_canonical_fused"
             ],
             "compile_s": {k: round(v["compile_s"], 1) for k, v in variants.items()},
-            "speedup_fused_vs_unfused_slicecat": med["slicecat_unfused"] / med["slicecat_fused"],
-            "speedup_fused_vs_unfused_canonical": med["canonical_unfused"] / med["canonical_fused"],
-            "slicecat_fused_over_canonical_fused": med["slicecat_fused"] / med["canonical_fused"],
+            "speedup_fused_vs_unfused_slicecat": med["slicecat_unfused"]
+            / med["slicecat_fused"],
+            "speedup_fused_vs_unfused_canonical": med["canonical_unfused"]
+            / med["canonical_fused"],
+            "slicecat_fused_over_canonical_fused": med["slicecat_fused"]
+            / med["canonical_fused"],
         }
         row["slicecat_fused_within_3pct_of_canonical_fused"] = (
             row["slicecat_fused_over_canonical_fused"] <= 1.03
@@ -223,7 +257,11 @@ def main():
     )
     if rank == 0 and out:
         with open(out, "w") as f:
-            json.dump({"machine": machine, "args": vars(args), "results": results}, f, indent=1)
+            json.dump(
+                {"machine": machine, "args": vars(args), "results": results},
+                f,
+                indent=1,
+            )
         log(f"# wrote {out}")
     dist.destroy_process_group()
 

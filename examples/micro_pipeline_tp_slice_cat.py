@@ -29,7 +29,9 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 LOGGER = "torch._inductor.fx_passes.micro_pipeline_tp_reassembly"
 all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+reduce_scatter = (
+    getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+)
 
 
 def narrows(y, dim, bounds):
@@ -48,8 +50,14 @@ def cases(group):
     rs = {
         "repro: cat([y[:, 0:8], y[:, 8:16]], dim=0)": [(0, 8), (8, 8)],
         "swapped: cat([y[:, 8:16], y[:, 0:8]], dim=0)": [(8, 8), (0, 8)],
-        "wrong chunk count: 4 chunks of 4 for 2 ranks": [(0, 4), (4, 4), (8, 4), (12, 4)],
+        "wrong chunk count: 4 chunks of 4 for 2 ranks": [
+            (0, 4),
+            (4, 4),
+            (8, 4),
+            (12, 4),
+        ],
     }
+
     def all_gather_mm(bounds):
         def f(x, w):
             a = torch.cat(narrows(all_gather(x, 0, group), 0, bounds), dim=1)
@@ -59,7 +67,9 @@ def cases(group):
 
     def mm_reduce_scatter(bounds):
         def f(a, b):
-            return reduce_scatter(torch.cat(narrows(a @ b, 1, bounds), dim=0), "sum", 0, group)
+            return reduce_scatter(
+                torch.cat(narrows(a @ b, 1, bounds), dim=0), "sum", 0, group
+            )
 
         return f
 
@@ -95,7 +105,10 @@ def main():
             view_to_reshape(traced)
             counters.clear()
             reasons.lines.clear()
-            with mock.patch.object(dist, "is_nccl_available", return_value=True), _test_mode():
+            with (
+                mock.patch.object(dist, "is_nccl_available", return_value=True),
+                _test_mode(),
+            ):
                 micro_pipeline_tp_pass(traced.graph)
             traced.graph.lint()
             fused = any("symm_mem" in str(n.target) for n in traced.graph.nodes)

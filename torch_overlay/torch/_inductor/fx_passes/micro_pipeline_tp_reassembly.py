@@ -241,7 +241,13 @@ def can_reassemble_canonical_chunks(
     for i, chunk in enumerate(chunks):
         step = _int_like(chunk.step_arg)
         if step is None or not _known_eq(step, 1):
-            _skip("%s: chunk %d (%s) has step %s, not 1", what, i, chunk.node, chunk.step_arg)
+            _skip(
+                "%s: chunk %d (%s) has step %s, not 1",
+                what,
+                i,
+                chunk.node,
+                chunk.step_arg,
+            )
             return False
         start = _normalize_bound(chunk.start_arg, size, 0)
         end = _normalize_bound(chunk.end_arg, size, size)
@@ -259,7 +265,8 @@ def can_reassemble_canonical_chunks(
             _known_eq(start, i * chunk_size) and _known_eq(end, (i + 1) * chunk_size)
         ):
             _skip(
-                "%s: chunk %d (%s) covers [%s, %s) of dim %d, rank %d's chunk is [%s, %s)",
+                "%s: chunk %d (%s) covers [%s, %s) of dim %d, "
+                "rank %d's chunk is [%s, %s)",
                 what,
                 i,
                 chunk.node,
@@ -388,7 +395,8 @@ class AllGatherReassembly:
         assert isinstance(ag_node, torch.fx.Node)
         if chunks[0].dim != 0:
             _skip(
-                "%s slices the all-gather result along dim %d; ranks are stacked on dim 0",
+                "%s slices the all-gather result along dim %d; "
+                "ranks are stacked on dim 0",
                 cat_node,
                 chunks[0].dim,
             )
@@ -548,10 +556,20 @@ def should_fuse_reassembly(
 def match_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
     """``node`` as a proven all-gather reassembly (find, can, should), or None."""
     r = AllGatherReassembly.from_node(node)
-    if r is None or not can_fuse_all_gather_reassembly(r) or not should_fuse_reassembly(r):
+    if (
+        r is None
+        or not can_fuse_all_gather_reassembly(r)
+        or not should_fuse_reassembly(r)
+    ):
         return None
     counters["inductor"][FEATURE] += 1
-    log.debug("%s: %s reassembles %s along dim %d", FEATURE, r.res_node, r.ag_node, r.gather_dim)
+    log.debug(
+        "%s: %s reassembles %s along dim %d",
+        FEATURE,
+        r.res_node,
+        r.ag_node,
+        r.gather_dim,
+    )
     return r
 
 
