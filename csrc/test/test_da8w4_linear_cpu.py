@@ -12,6 +12,7 @@ the skip into a failure.
 import importlib.util
 import os
 import pathlib
+import subprocess
 import sys
 import unittest
 from unittest import mock
@@ -339,6 +340,35 @@ class TestDa8w4Linear(TestCase):
         with force_isa("scalar"):
             da8w4(x, sa, za, packed, None, torch.float32)
             self.assertEqual(loader.last_isa(), "scalar")
+
+
+@requires_kernel
+class TestDa8w4Loader(TestCase):
+    def test_idempotent(self):
+        self.assertTrue(loader.load())
+        self.assertTrue(loader.load(loader.default_path()))
+        with self.assertRaisesRegex(RuntimeError, "already loaded"):
+            loader.load(__file__)  # a different file must not be loaded over ours
+        self.assertTrue(loader.has_cpu_kernel())
+        # Each schema is defined exactly once, with torchao's spelling.
+        for name, schema in (
+            ("da8w4_linear_prepack_cpu", loader.PREPACK_SCHEMA),
+            ("da8w4_linear_cpu", loader.LINEAR_SCHEMA),
+        ):
+            op = getattr(torch.ops.torchao, name).default
+            self.assertEqual(str(op._schema), "torchao::" + schema)
+
+    def test_missing_library_loads_nothing(self):
+        # In a fresh process: a missing file returns False and defines nothing.
+        code = (
+            "import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('l', {str(loader.__file__)!r})\n"
+            "l = importlib.util.module_from_spec(spec); spec.loader.exec_module(l)\n"
+            "print(l.load('/nonexistent/libda8w4_linear_cpu.so'), l._schema_defined('da8w4_linear_cpu'))\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # without torchao
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        self.assertEqual(out.stdout.split(), ["False", "False"])
 
 
 @requires_kernel
