@@ -126,7 +126,7 @@ def da8w4(x, sa, za, packed, bias, out_dtype):
 
 
 # (M shape, K, N, group_size): M=1, M=3, 3-D, K a multiple of 32 but not 128,
-# group sizes 32/64/128 and 256 (two k blocks per group).
+# group sizes 32/64/128, 256 (two k blocks per group) and 36.
 SHAPES = (
     ((1,), 128, 32, 32),
     ((3,), 96, 64, 32),
@@ -134,6 +134,7 @@ SHAPES = (
     ((17,), 256, 96, 128),
     ((9,), 512, 64, 256),
     ((1,), 160, 32, 32),
+    ((2,), 72, 32, 36),  # BK=36: k not a multiple of 16 (AVX2 sums 16 k in int16)
 )
 
 
@@ -223,7 +224,7 @@ class TestDa8w4Linear(TestCase):
     @parametrize("symmetric", (False, True))
     def test_isa_paths_agree(self, symmetric):
         # Larger than the reference shapes: every row remainder of the 8-row (AVX-512)
-        # and 2-row (AVX2) blocks, several 64-row chunks and N blocks.
+        # row blocks, several 64-row chunks and N blocks.
         gen = torch.Generator().manual_seed(7)
         m, k, n = 150, 384, 160
         w, sw, zw = make_weight(n, k, 64, gen)
