@@ -85,8 +85,13 @@ def main():
         lines = code.splitlines()
         start = next(i for i, line in enumerate(lines) if OP_STR in line)
         print("generated code (fused call, then the split outputs):")
-        for line in lines[start : start + 10]:
-            print("   ", line.strip()[:160])
+        shown = [
+            line.strip()
+            for line in lines[start:]
+            if not line.strip().startswith(("del ", "assert_", "#"))
+        ]
+        for line in shown[:7]:
+            print("   ", line[:200])
         same = all(torch.equal(a, b) for a, b in zip(stock_out, fused_out))
         print(f"outputs bit-identical to the unfused compile: {same}")
         t_stock = _time(stock, x)
