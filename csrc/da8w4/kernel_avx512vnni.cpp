@@ -21,8 +21,10 @@ inline int32_t load4(const uint8_t* p) {
 // Asymmetric: the activation is the unsigned operand and the nibble (0..15) the signed
 // one. Symmetric: the nibble is the unsigned operand and the int8 activation the signed
 // one. Either way no product can saturate and the zero points are applied afterwards.
+// `unpacked`, when given, holds the tile's nibbles already split (lo, hi per k4 row) so
+// that many row blocks share one unpacking.
 template <bool kSym, int R>
-inline void block_rows(const TileParams& p, int64_t c, int64_t m0) {
+inline void block_rows(const TileParams& p, int64_t c, int64_t m0, const __m512i* unpacked) {
   const uint8_t* wt = p.w + c * p.BK * 16;
   const uint8_t* a0 = p.a + m0 * p.lda + c * p.BK;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -35,9 +37,15 @@ inline void block_rows(const TileParams& p, int64_t c, int64_t m0) {
   }
   const int64_t nk4 = p.BK / 4;
   for (int64_t k4 = 0; k4 < nk4; ++k4) {
-    const __m512i v = _mm512_loadu_si512(wt + k4 * 64);
-    const __m512i lo = _mm512_and_si512(v, nibble);  // columns 0..15
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);  // 16..31
+    __m512i lo, hi;
+    if (unpacked != nullptr) {
+      lo = _mm512_load_si512(unpacked + 2 * k4);
+      hi = _mm512_load_si512(unpacked + 2 * k4 + 1);
+    } else {
+      const __m512i v = _mm512_loadu_si512(wt + k4 * 64);
+      lo = _mm512_and_si512(v, nibble);  // columns 0..15
+      hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);  // columns 16..31
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i ab = _mm512_set1_epi32(load4(a0 + r * p.lda + k4 * 4));
@@ -94,19 +102,34 @@ void tile_impl(const TileParams& p) {
     _mm512_storeu_ps(out, b_lo);
     _mm512_storeu_ps(out + 16, b_hi);
   }
+  // With several row blocks, split the tile's nibbles once per k block (BK <= 128:
+  // at most 64 zmm, 4 KiB) instead of once per row block.
+  alignas(64) __m512i unpacked[2 * 128 / 4];
+  const bool share = p.rows > kRows && p.BK <= 128;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int64_t c = 0; c < p.Kc; ++c) {
+    const __m512i* u = nullptr;
+    if (share) {
+      const uint8_t* wt = p.w + c * p.BK * 16;
+      for (int64_t k4 = 0; k4 < p.BK / 4; ++k4) {
+        const __m512i v = _mm512_loadu_si512(wt + k4 * 64);
+        unpacked[2 * k4] = _mm512_and_si512(v, nibble);
+        unpacked[2 * k4 + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+      }
+      u = unpacked;
+    }
     int64_t m0 = 0;
     for (; m0 + kRows <= p.rows; m0 += kRows) {
-      block_rows<kSym, kRows>(p, c, m0);
+      block_rows<kSym, kRows>(p, c, m0, u);
     }
     switch (p.rows - m0) {
-      case 7: block_rows<kSym, 7>(p, c, m0); break;
-      case 6: block_rows<kSym, 6>(p, c, m0); break;
-      case 5: block_rows<kSym, 5>(p, c, m0); break;
-      case 4: block_rows<kSym, 4>(p, c, m0); break;
-      case 3: block_rows<kSym, 3>(p, c, m0); break;
-      case 2: block_rows<kSym, 2>(p, c, m0); break;
-      case 1: block_rows<kSym, 1>(p, c, m0); break;
+      case 7: block_rows<kSym, 7>(p, c, m0, u); break;
+      case 6: block_rows<kSym, 6>(p, c, m0, u); break;
+      case 5: block_rows<kSym, 5>(p, c, m0, u); break;
+      case 4: block_rows<kSym, 4>(p, c, m0, u); break;
+      case 3: block_rows<kSym, 3>(p, c, m0, u); break;
+      case 2: block_rows<kSym, 2>(p, c, m0, u); break;
+      case 1: block_rows<kSym, 1>(p, c, m0, u); break;
       default: break;
     }
   }
