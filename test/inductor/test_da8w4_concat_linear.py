@@ -11,8 +11,8 @@ kernel in a test-local ``torch.library.Library``, so the pass is exercised in
 a plain PyTorch checkout too.
 """
 
-import functools
 import operator
+import unittest
 
 import torch
 import torch.nn as nn
@@ -27,6 +27,17 @@ from torch.testing._internal.common_utils import (
     parametrize,
 )
 from torch.testing._internal.inductor_utils import HAS_CPU
+
+
+try:  # optional: torchao's own quantization flow
+    from torchao.prototype.quantization.int4 import (
+        Int8DynamicActivationInt4WeightConfig,
+    )
+    from torchao.quantization import quantize_
+
+    HAS_TORCHAO = True
+except Exception:  # not installed, or a build incompatible with this torch
+    HAS_TORCHAO = False
 
 
 BLOCK_N = 32
@@ -147,6 +158,10 @@ def _ensure_ops():
         torch.library.register_fake("torchao::da8w4_linear_cpu", _fake_linear, lib=lib)
         _REFERENCE_LIB = lib
     return "reference"
+
+
+def _as_tuple(out):
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
 
 
 def _quantize_weight(w, group_size):
@@ -292,6 +307,7 @@ class Da8w4ConcatLinearTest(TestCase):
         self.assertEqual(len(fused_calls), expected_fusions)
         if expected_fusions:
             for a, b in zip([ref, *ref_extra], [out, *extra]):
+                a, b = _as_tuple(a), _as_tuple(b)
                 for x, y in zip(a, b):
                     self.assertEqual(x.shape, y.shape)
                     self.assertEqual(x.dtype, y.dtype)
@@ -304,7 +320,7 @@ class Da8w4ConcatLinearTest(TestCase):
         return code
 
     def assertClose(self, eager, out):
-        for x, y in zip(eager, out):
+        for x, y in zip(_as_tuple(eager), _as_tuple(out)):
             atol = 2e-2 * x.float().abs().max().item()
             self.assertEqual(x.float(), y.float(), atol=atol, rtol=0)
 
@@ -438,6 +454,33 @@ class Da8w4ConcatLinearTest(TestCase):
             more_inputs=[(torch.randn(3, 7, 64),)],
             dynamic=True,
         )
+
+    @unittest.skipIf(not HAS_TORCHAO, "torchao is not importable")
+    def test_da8w4_concat_linear_torchao_flow(self):
+        torch.manual_seed(0)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = nn.Linear(128, 128, bias=False)
+                self.k = nn.Linear(128, 64, bias=False)
+                self.v = nn.Linear(128, 64, bias=False)
+                self.gate = nn.Linear(128, 96, bias=True)
+                self.up = nn.Linear(128, 96, bias=True)
+
+            def forward(self, x):
+                q, k, v = self.q(x), self.k(x), self.v(x)
+                a = q + torch.cat([k, v], -1)
+                return torch.nn.functional.silu(self.gate(a)) * self.up(a)
+
+        mod = Block().eval()
+        quantize_(
+            mod,
+            Int8DynamicActivationInt4WeightConfig(
+                group_size=32, set_inductor_config=False
+            ),
+        )
+        self.common(mod, (torch.randn(4, 128),), expected_calls=2, expected_fusions=2)
 
     def test_da8w4_concat_linear_flag_off(self):
         torch.manual_seed(0)
