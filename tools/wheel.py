@@ -122,12 +122,16 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
         changes = {rel: after for rel, (_, after) in apply_series(patches, read, prefix="torch/").items()}
         if any(v is None for v in changes.values()):
             raise PatchsetError(sdir, "the series deletes a torch/ file; wheel does not support deletions")
+        # torch.__version__ may carry a local label METADATA lacks (PyPI's CUDA wheels: METADATA 2.11.0,
+        # version.py 2.11.0+cu130): keep that relation and append our label to each.
         vp = "torch/version.py"
         vtext = (changes.get(vp) or read(vp) or b"").decode()
-        pat = re.compile(r"^__version__ = (['\"])" + re.escape(version) + r"\1$", re.M)
-        if len(pat.findall(vtext)) != 1:
-            raise PatchsetError(f"{src}:{vp}", f"expected exactly one line __version__ = '{version}'")
-        changes[vp] = pat.sub(f"__version__ = '{new_version}'", vtext).encode()
+        pat = re.compile(r"^__version__ = (['\"])([^'\"]+)\1$", re.M)
+        found = pat.findall(vtext)
+        if len(found) != 1 or found[0][1].partition("+")[0] != version.partition("+")[0]:
+            raise PatchsetError(f"{src}:{vp}", f"expected exactly one line __version__ = '{version.partition('+')[0]}[+...]'")
+        py_version = patched_version(found[0][1], ps.name, ps.version)
+        changes[vp] = pat.sub(lambda _: f"__version__ = '{py_version}'", vtext).encode()
         if INFO_MODULE in names or INFO_MODULE in changes:
             raise PatchsetError(f"{src}:{INFO_MODULE}", "already present; is this wheel already patched?")
         changes[INFO_MODULE] = info_module_source(ps.name, ps.version, base, patches, "wheel")
@@ -171,6 +175,9 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                 if not n.startswith(di + "/") or n == f"{di}/RECORD":
                     continue
                 new_n = new_di + n[len(di) :]
+                if info.is_dir():  # some wheels have directory entries; RECORD lists files only
+                    _raw_copy(zin, zout, info, new_n)
+                    continue
                 if n == f"{di}/METADATA":
                     data = new_meta.encode()
                     _write(zout, new_n, data, info)

@@ -36,10 +36,11 @@ def stock_files(version: str) -> dict[str, str]:
     return {k: v.replace("{version}", version) for k, v in STOCK.items()}
 
 
-def make_site(root: Path, version: str = "2.13.0+cpu") -> Path:
-    """site-packages with a fake torch, its dist-info and a RECORD with real sha256s."""
+def make_site(root: Path, version: str = "2.13.0+cpu", py_version: str | None = None) -> Path:
+    """site-packages with a fake torch, its dist-info and a RECORD with real sha256s. py_version: a different
+    torch.__version__ than METADATA's (PyPI's CUDA wheels: 2.11.0 vs 2.11.0+cu130)."""
     site = root / "site-packages"
-    files = stock_files(version)
+    files = stock_files(py_version or version)
     rows = []
     for rel, text in files.items():
         p = site / rel
@@ -60,10 +61,14 @@ def make_site(root: Path, version: str = "2.13.0+cpu") -> Path:
     return site
 
 
-def make_wheel(root: Path, version: str = "2.13.0+cpu") -> Path:
-    site = make_site(root / "wheelsrc", version)
+def make_wheel(root: Path, version: str = "2.13.0+cpu", dir_entries: bool = False, py_version: str | None = None) -> Path:
+    """A fake torch wheel. dir_entries: also store directory entries (as PyPI's CUDA wheels do)."""
+    site = make_site(root / "wheelsrc", version, py_version)
     whl = root / f"torch-{version}-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as z:
+        if dir_entries:
+            z.mkdir("torch/")
+            z.mkdir(f"torch-{version}.dist-info/")
         for p in sorted(site.rglob("*")):
             if p.is_file() and ".dist-info" not in p.parent.name:
                 z.write(p, p.relative_to(site).as_posix())

@@ -62,6 +62,19 @@ def test_wheel_contents_record_and_version(src):
         assert zo.testzip() is None
 
 
+def test_cuda_style_wheel(src):
+    """PyPI CUDA wheels: METADATA says 2.11.0, torch.__version__ says 2.11.0+cu130, and dirs are stored."""
+    _, _, meta, tmp = src
+    whl = ft.make_wheel(tmp / "cu", version="2.11.0", dir_entries=True, py_version="2.11.0+cu130")
+    patches = ft.make_series(tmp / "src211", base="2.11.0")
+    out = build_wheel(whl, tmp / "dist", patches, meta)
+    assert out.name == "torch-2.11.0+inductorpatchset.0.1.0-py3-none-any.whl"
+    verify_wheel(out)
+    with zipfile.ZipFile(out) as zo:
+        assert "__version__ = '2.11.0+cu130.inductorpatchset.0.1.0'\n" in zo.read("torch/version.py").decode()
+        assert "torch-2.11.0+inductorpatchset.0.1.0.dist-info/" in zo.namelist()
+
+
 def test_verify_wheel_catches_bad_record(src):
     """verify_wheel is what the other tests rely on: make sure it can fail."""
     whl, patches, meta, tmp = src
