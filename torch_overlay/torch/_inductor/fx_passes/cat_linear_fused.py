@@ -20,7 +20,7 @@ per site:
   the candidate forms for the mode the site runs in (forward only, or forward and
   backward), cached in a ``LocalCache`` keyed on shapes, strides, dtype and
   ``requires_grad``; never under ``config.deterministic``.  On CPU a rule measured
-  with ``benchmarks/cat_linear_fused_cpu.py``.  ``config.cat_linear_fused_force``
+  with ``benchmarks/cat_linear_fused_cpu.py`` (``_should_on_cpu``).  ``config.cat_linear_fused_force``
   overrides the decision (tests, investigations).
 
 Candidate forms (see ``CatLinearMatch.rewrite``):
@@ -38,6 +38,7 @@ before this pass, and whatever it rewrote no longer matches here.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -99,12 +100,28 @@ def _is_possible_mutation(node: torch.fx.Node) -> bool:
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return target._schema.is_mutable
+    if _passes_inplace_positionally(target, node.args):
+        return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if target in (operator.setitem, operator.delitem) or (
         name.startswith("__i") and name.endswith("__")
     ):
         return True
     return name.endswith("_") and not name.endswith("__")
+
+
+def _passes_inplace_positionally(target: Any, args: tuple[Any, ...]) -> bool:
+    """``F.relu(x, True)``, ``F.dropout(x, 0.1, True, True)``, ..."""
+    if not callable(target):
+        return False
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return False
+    if "inplace" not in params:
+        return False
+    idx = params.index("inplace")
+    return len(args) > idx and args[idx] is not False
 
 
 # Producers that Inductor fuses into the write of the cat buffer: with these the
@@ -358,12 +375,38 @@ def should_cat_linear_fused(match: CatLinearMatch) -> str | None:
     if device.type == "cuda" or config.cat_linear_fused_force == "bench":
         return _should_by_benchmark(match)
     if device.type == "cpu":
-        # Measured with benchmarks/cat_linear_fused_cpu.py (see benchmarks/README.md):
-        # on CPU the per-piece forms never beat stock by the margin.
-        _skip("no per-piece form is profitable on CPU at %s", match.linear)
-        return None
+        return _should_on_cpu(match)
     _skip("no profitability rule for device %s at %s", device, match.linear)
     return None
+
+
+# Narrowest piece and fewest threads the CPU rule was measured with.
+CPU_MIN_PIECE_WIDTH = 64
+CPU_MIN_THREADS = 16
+
+
+def _should_on_cpu(match: CatLinearMatch) -> str | None:
+    """Measured rule (benchmarks/cat_linear_fused_cpu.py, benchmarks/README.md).
+
+    Forward only, Inductor's C++ backend writes the parts (and pointwise
+    producers) straight into the cat buffer and one GEMM beats two: keep stock.
+    Forward+backward with 16 threads (AMD EPYC host), ``view`` took 0.71-1.02x
+    of stock's time on every measured shape (the backward no longer forms the
+    cat's gradient as one buffer, and with a pointwise producer the saved cat
+    goes away); with 2 threads it was slower on every shape.  So: rewrite only
+    forward+backward sites, with at least as many threads and pieces at least
+    as wide as measured.
+    """
+    if not match.needs_grad:
+        _skip("forward only: stock is faster on CPU at %s", match.linear)
+        return None
+    if torch.get_num_threads() < CPU_MIN_THREADS:
+        _skip("fewer than %d CPU threads at %s", CPU_MIN_THREADS, match.linear)
+        return None
+    if min(match.widths) < CPU_MIN_PIECE_WIDTH:
+        _skip("a piece is narrower than %d on CPU at %s", CPU_MIN_PIECE_WIDTH, match.linear)
+        return None
+    return "view"
 
 
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:

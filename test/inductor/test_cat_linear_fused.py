@@ -1,0 +1,366 @@
+# Owner(s): ["module: inductor"]
+import contextlib
+import logging
+import unittest
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
+from torch.testing._internal.inductor_utils import HAS_CPU, HAS_CUDA_AND_TRITON
+
+
+HAS_PASS = hasattr(inductor_config, "cat_linear_fused")
+if HAS_PASS:
+    from torch._inductor.fx_passes import cat_linear_fused, cat_linear_fused_bench
+
+TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=5e-2, rtol=5e-2)}
+
+
+def cat_linear(a, b, w, bias=None):
+    return F.linear(torch.cat([a, b], dim=-1), w, bias)
+
+
+def relu_cat_linear(a, b, w, bias=None):
+    return F.linear(torch.cat([torch.relu(a), b], dim=-1), w, bias)
+
+
+def make_inputs(lead, widths, n, dtype=torch.float32, device="cpu", bias=True, grad=True):
+    parts = [torch.randn(*lead, k, dtype=dtype, device=device) for k in widths]
+    w = torch.randn(n, sum(widths), dtype=dtype, device=device) / sum(widths) ** 0.5
+    args = [*parts, w] + ([torch.randn(n, dtype=dtype, device=device)] if bias else [])
+    return [t.requires_grad_(grad) for t in args]
+
+
+@unittest.skipUnless(HAS_PASS, "needs the inductor-cat-linear-fused patch")
+@instantiate_parametrized_tests
+class CatLinearFusedTest(TestCase):
+    def common(self, fn, args, expected, force=None, dynamic=None, backward=True, check=None):
+        """Compile fn with the pass on, compare with eager forward (and backward),
+        and check the rewrite counter.  Returns the generated code."""
+        dtype = args[0].dtype
+        counters.clear()
+        torch._dynamo.reset()
+        ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+        with inductor_config.patch(cat_linear_fused=True, cat_linear_fused_force=force):
+            compiled = torch.compile(fn, dynamic=dynamic)
+            out, code = run_and_get_code(compiled, *args)
+        ref = fn(*ref_args)
+        self.assertEqual(out, ref, **TOL[dtype])
+        if expected is not None:
+            self.assertEqual(counters["inductor"]["cat_linear_fused"], expected)
+        if backward and ref.requires_grad:
+            g = torch.randn_like(ref)
+            out.backward(g)
+            ref.backward(g)
+            for a, r in zip(args, ref_args):
+                self.assertEqual(a.grad, r.grad, **TOL[dtype])
+        return code
+
+    # ---- eager parity, forward and backward ----------------------------------
+
+    @parametrize("form", ["view", "addmm"])
+    @parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_cat_linear_fused_parity(self, form, dtype):
+        for lead, bias in (((6,), False), ((2, 5), True)):
+            args = make_inputs(lead, (8, 12), 16, dtype=dtype, bias=bias)
+            self.common(relu_cat_linear, args, 1, force=form)
+
+    @parametrize("form", ["view", "addmm"])
+    def test_cat_linear_fused_parity_dynamic(self, form):
+        for lead in ((6,), (2, 5)):
+            args = make_inputs(lead, (8, 12), 16)
+            for a in args[:2]:
+                torch._dynamo.mark_dynamic(a, 0)
+            self.common(relu_cat_linear, args, 1, force=form)
+
+    @parametrize(
+        "variant",
+        ["concat", "concatenate", "positive_dim", "kwargs", "c_nn_linear", "three_parts"],
+    )
+    def test_cat_linear_fused_spellings(self, variant):
+        def fn(a, b, c, w):
+            if variant == "concat":
+                x = torch.concat([a, b, c], -1)
+            elif variant == "concatenate":
+                x = torch.concatenate((a, b, c), axis=2)
+            elif variant == "positive_dim":
+                x = torch.cat([a, b, c], 2)
+            elif variant == "kwargs":
+                x = torch.cat(tensors=[a, b, c], dim=-1)
+            else:
+                x = torch.cat([a, b, c], -1)
+            if variant == "c_nn_linear":
+                return torch._C._nn.linear(x, w)
+            if variant == "kwargs":
+                return F.linear(input=x, weight=w)
+            return F.linear(x, w)
+
+        a, b, c, w = make_inputs((2, 3), (4, 8, 4), 8, bias=False)
+        self.common(fn, [a, b, c, w], 1, force="view")
+
+    def test_cat_linear_fused_inference_no_grad(self):
+        args = make_inputs((16,), (8, 8), 16, grad=False)
+        with torch.no_grad():
+            self.common(relu_cat_linear, args, 1, force="addmm", backward=False)
+
+    # ---- negative gates ------------------------------------------------------
+
+    def test_cat_linear_fused_off_by_default(self):
+        counters.clear()
+        args = make_inputs((4,), (8, 8), 16)
+        with inductor_config.patch(cat_linear_fused_force="view"):
+            self.assertEqual(torch.compile(cat_linear)(*args), cat_linear(*args))
+        self.assertEqual(counters["inductor"]["cat_linear_fused"], 0)
+
+    def test_cat_linear_fused_cat_on_other_dim(self):
+        def fn(a, b, w):
+            return F.linear(torch.cat([a, b], dim=0), w)
+
+        a, b, w = make_inputs((4,), (8, 8), 16, bias=False)
+        b = torch.randn(4, 16, requires_grad=True)
+        a = torch.randn(4, 16, requires_grad=True)
+        self.common(fn, [a, b, w], 0, force="view")
+
+    def test_cat_linear_fused_mismatched_part_ranks(self):
+        # torch.cat accepts legacy empty 1-D parts next to N-D ones
+        def fn(a, e, w):
+            return F.linear(torch.cat([a, e], dim=-1), w)
+
+        a = torch.randn(4, 8, requires_grad=True)
+        e = torch.empty(0)
+        w = torch.randn(16, 8, requires_grad=True)
+        self.common(fn, [a, e, w], 0, force="view")
+
+    def test_cat_linear_fused_weight_not_2d(self):
+        a, b = torch.randn(4, 8), torch.randn(4, 8)
+        w = torch.randn(16, requires_grad=True)
+        self.common(cat_linear, [a, b, w], 0, force="view")
+
+    def test_cat_linear_fused_cat_with_other_users(self):
+        def fn(a, b, w):
+            x = torch.cat([a, b], dim=-1)
+            return F.linear(x, w) + x.sum()
+
+        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
+
+    def test_cat_linear_fused_mutation_between(self):
+        def fn(a, b, w):
+            a = a * 1.0
+            x = torch.cat([a, b], dim=-1)
+            a.add_(1.0)  # must not leak into the linear
+            return F.linear(x, w)
+
+        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
+
+    def test_cat_linear_fused_positional_inplace_between(self):
+        def fn(a, b, w):
+            a = a * 1.0
+            x = torch.cat([a, b], dim=-1)
+            F.relu(a, True)  # inplace passed positionally
+            return F.linear(x, w)
+
+        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
+
+    def test_cat_linear_fused_autocast_mixed_dtype(self):
+        args = make_inputs((4,), (8, 8), 16, grad=False)
+        counters.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16), inductor_config.patch(
+            cat_linear_fused=True, cat_linear_fused_force="view"
+        ):
+            out = torch.compile(cat_linear)(*args)
+            ref = cat_linear(*args)
+        self.assertEqual(out, ref, **TOL[torch.bfloat16])
+        self.assertEqual(counters["inductor"]["cat_linear_fused"], 0)
+
+    def test_cat_linear_fused_forced_off(self):
+        self.common(cat_linear, make_inputs((4,), (8, 8), 16), 0, force="off")
+
+    def test_cat_linear_fused_cpu_rule(self):
+        # The measured CPU rule (benchmarks/README.md), no benchmark either way:
+        # forward only keeps stock ...
+        # (thresholds patched so the rule does not depend on this machine's threads)
+        many = mock.patch.object(cat_linear_fused, "CPU_MIN_THREADS", 1)
+        with torch.no_grad(), many:
+            args = make_inputs((64,), (64, 64), 64, grad=False)
+            self.common(relu_cat_linear, args, 0, backward=False)
+        # ... forward+backward rewrites with enough threads ...
+        with many:
+            self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 1)
+            # ... but not with pieces narrower than measured
+            self.common(relu_cat_linear, make_inputs((64,), (32, 96), 64), 0)
+        with mock.patch.object(cat_linear_fused, "CPU_MIN_THREADS", 1 << 20):
+            self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 0)
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+
+    def test_cat_linear_fused_non_tensor_part(self):
+        # The finder on a hand-built graph: a cat part that is not a node.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        graph = torch.fx.Graph()
+        with FakeTensorMode():
+            a, w = torch.empty(4, 8), torch.empty(16, 16)
+            nodes = {}
+            for name, val in (("a", a), ("w", w)):
+                nodes[name] = graph.placeholder(name)
+                nodes[name].meta["example_value"] = val
+            cat = graph.call_function(torch.cat, ([nodes["a"], 3.0], -1))
+            cat.meta["example_value"] = torch.empty(4, 16)
+            lin = graph.call_function(F.linear, (cat, nodes["w"]))
+            lin.meta["example_value"] = torch.empty(4, 16)
+            graph.output(lin)
+        self.assertIsNone(cat_linear_fused.can_cat_linear_fused(lin))
+        self.assertEqual(cat_linear_fused.find_cat_linear_matches(graph), [])
+
+    def test_cat_linear_fused_skip_is_logged(self):
+        def fn(a, b, w):
+            return F.linear(torch.cat([a, b], dim=0), w)
+
+        a, b = torch.randn(4, 16), torch.randn(4, 16)
+        w = torch.randn(8, 16)
+        with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(fn, [a, b, w], 0, force="view")
+        self.assertIn("skipping cat_linear_fused: cat is not on the last dim", "\n".join(cm.output))
+
+    # ---- decision logic --------------------------------------------------------
+
+    def test_cat_linear_fused_choose_form(self):
+        choose = cat_linear_fused.choose_form
+        self.assertEqual(choose({"stock": 2.0, "view": 1.0, "addmm": 1.5}), "view")
+        self.assertEqual(choose({"stock": 2.0, "view": 1.5, "addmm": 1.0}), "addmm")
+        # inside the 1.1x margin: keep stock
+        self.assertEqual(choose({"stock": 1.05, "view": 1.0, "addmm": 1.0}), "stock")
+        self.assertEqual(choose({"stock": 1.0, "view": 2.0, "addmm": 3.0}), "stock")
+
+    @parametrize("times,expected", [
+        ({"stock": 3.0, "view": 1.0, "addmm": 2.0}, "view"),
+        ({"stock": 3.0, "view": 2.0, "addmm": 1.0}, "addmm"),
+        ({"stock": 1.0, "view": 1.0, "addmm": 1.0}, None),
+    ])  # fmt: skip
+    def test_cat_linear_fused_decision_stubbed(self, times, expected):
+        stub = mock.Mock(return_value=times)
+        args = make_inputs((8,), (8, 8), 16)
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
+            code = self.common(cat_linear, args, int(expected is not None), force="bench")
+            stub.assert_called_once()
+            spec = stub.call_args.args[0]
+            self.assertTrue(spec.backward)
+            self.assertEqual([p[0] for p in spec.parts], [(8, 8), (8, 8)])
+            # second compile of the same site (graph caches off so the pass runs):
+            # the decision comes from the LocalCache, no second benchmark
+            with inductor_config.patch(force_disable_caches=True):
+                self.common(cat_linear, make_inputs((8,), (8, 8), 16), int(expected is not None), force="bench")
+            stub.assert_called_once()
+        if expected is None:
+            FileCheck().check("cat").run(code[0])
+
+    def test_cat_linear_fused_decision_mode_fwd_vs_bwd(self):
+        stub = mock.Mock(return_value={"stock": 1.0, "view": 1.0, "addmm": 1.0})
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16, grad=False), 0, force="bench")
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16, grad=True), 0, force="bench")
+        self.assertEqual([c.args[0].backward for c in stub.call_args_list], [False, True])
+
+    def test_cat_linear_fused_real_benchmark_counts_and_caches(self):
+        counters.clear()
+        args = make_inputs((32,), (16, 16), 16)
+        torch._dynamo.reset()
+        with inductor_config.patch(
+            cat_linear_fused=True, cat_linear_fused_force="bench", force_disable_caches=True
+        ):
+            torch.compile(cat_linear)(*args)
+            self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
+            torch._dynamo.reset()
+            torch.compile(cat_linear)(*args)
+            self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
+
+    def test_cat_linear_fused_no_benchmark_when_deterministic(self):
+        stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 1.0})
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), inductor_config.patch(
+            deterministic=True
+        ):
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
+        stub.assert_not_called()
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+
+    def test_cat_linear_fused_bad_force_value(self):
+        with inductor_config.patch(cat_linear_fused_force="sometimes"):
+            with self.assertRaisesRegex(ValueError, "cat_linear_fused_force"):
+                cat_linear_fused._forced_form()
+
+    # ---- generated code --------------------------------------------------------
+
+    def test_cat_linear_fused_generated_code(self):
+        args = make_inputs((32,), (16, 16), 16, bias=False, grad=False)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            _, (stock_code,) = run_and_get_code(torch.compile(cat_linear), *args)
+            view_code = self.common(cat_linear, args, 1, force="view", backward=False)[0]
+            addmm_code = self.common(cat_linear, args, 1, force="addmm", backward=False)[0]
+        FileCheck().check("cpp_fused_cat").check_count(
+            "extern_kernels.mm(", 1, exactly=True
+        ).run(stock_code)
+        # per piece: a GEMM on each weight view, the second accumulating into the
+        # first through addmm's C input (Inductor folds the view form's add into
+        # addmm too); no cat buffer
+        for code in (view_code, addmm_code):
+            FileCheck().check_not("cat").check("extern_kernels.mm(").check(
+                "reinterpret_tensor(arg"
+            ).check("extern_kernels.addmm(").check("reinterpret_tensor(arg").run(code)
+            FileCheck().check_not("cpp_fused_cat").run(code)
+
+    # ---- GPU -------------------------------------------------------------------
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    @parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_cat_linear_fused_cuda_decides_by_benchmark(self, dtype):
+        # Whatever the benchmark picks, numbers match eager and a benchmark ran.
+        args = make_inputs((256,), (64, 64), 128, dtype=dtype, device="cuda")
+        self.common(relu_cat_linear, args, None)
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
+        self.assertLessEqual(counters["inductor"]["cat_linear_fused"], 1)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    def test_cat_linear_fused_cuda_no_benchmark_when_deterministic(self):
+        args = make_inputs((256,), (64, 64), 128, dtype=torch.bfloat16, device="cuda")
+        with inductor_config.patch(deterministic=True):
+            self.common(relu_cat_linear, args, 0)
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    @parametrize("form", ["view", "addmm"])
+    def test_cat_linear_fused_cuda_forced_parity(self, form):
+        args = make_inputs((4, 64), (32, 96), 64, dtype=torch.bfloat16, device="cuda")
+        self.common(relu_cat_linear, args, 1, force=form)
+
+    # ---- coexistence with upstream's cat_linear (torch >= 2.14) ------------------
+
+    def test_cat_linear_fused_coexists_with_upstream_cat_linear(self):
+        from torch._inductor.fx_passes import group_batch_fusion
+
+        if "cat_linear" not in group_batch_fusion.PRE_GRAD_FUSIONS:
+            self.skipTest("this torch has no upstream cat_linear fusion")
+        gates = dict(
+            CAT_LINEAR_MAX_OUTPUT_WIDTH=1 << 30, CAT_LINEAR_CAT_TRAFFIC_FLOOR_BYTES=0
+        )
+        with contextlib.ExitStack() as stack:
+            for name, value in gates.items():
+                stack.enter_context(mock.patch.object(group_batch_fusion, name, value))
+            stack.enter_context(
+                inductor_config.patch(pre_grad_fusion_options={"cat_linear": {}})
+            )
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="view")
+        self.assertEqual(counters["inductor"]["cat_linear"], 1)
+
+
+if __name__ == "__main__":
+    if HAS_CPU or HAS_CUDA_AND_TRITON:
+        run_tests()
