@@ -330,6 +330,20 @@ class Da8w4ConcatLinearTest(TestCase):
         mod = Da8w4Linears(64, [64, 32, 32], bias=bias, symmetric=symmetric).eval()
         self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
 
+    def test_da8w4_concat_linear_decode_m1(self):
+        # One token: the split outputs are contiguous views, returned as is.
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [64, 32, 32], bias=True).eval()
+        self.common(mod, (torch.randn(1, 64),), expected_calls=1, expected_fusions=1)
+        with torch.no_grad(), inductor_config.patch(
+            {"freezing": True, "cpp.enable_concat_linear": True}
+        ):
+            torch._dynamo.reset()
+            outs = torch.compile(mod)(torch.randn(1, 64))
+        for out, n in zip(outs, (64, 32, 32)):
+            self.assertTrue(out.is_contiguous())
+            self.assertEqual(out.view(-1).shape, (n,))
+
     def test_da8w4_concat_linear_gate_up_3d_bf16(self):
         torch.manual_seed(0)
         mod = Da8w4Linears(64, [96, 96], keep_3d=True).eval()
