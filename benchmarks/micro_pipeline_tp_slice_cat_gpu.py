@@ -60,9 +60,15 @@ def chunks(y, ws, dim):
 def make_case(name, M, K, N, ws, group_name):
     """(input shapes, canonical fn, slice/cat fn, fused op name) for one case."""
 
+    # The canonical forms spell out the split + cat that funcol itself emits for a
+    # non-zero gather/scatter dim (its helper is skipped by Dynamo on 2.11), i.e. the
+    # graph upstream's matchers already fuse; dim 0 is the plain collective.
     def ag_canonical(gather_dim):
         def fn(x, w):
-            return all_gather(x, gather_dim, group_name) @ w
+            y = all_gather(x, 0, group_name)
+            if gather_dim != 0:
+                y = torch.cat(torch.chunk(y, ws, 0), dim=gather_dim)
+            return y @ w
 
         return fn
 
@@ -75,7 +81,10 @@ def make_case(name, M, K, N, ws, group_name):
 
     def rs_canonical(scatter_dim):
         def fn(a, b):
-            return reduce_scatter(a @ b, "sum", scatter_dim, group_name)
+            y = a @ b
+            if scatter_dim != 0:
+                y = torch.cat(torch.chunk(y, ws, scatter_dim), dim=0)
+            return reduce_scatter(y, "sum", 0, group_name)
 
         return fn
 
@@ -110,18 +119,27 @@ def make_case(name, M, K, N, ws, group_name):
 
 
 def timed_ms(fn, args, warmup, iters):
+    """Mean latency of one step. Each step is timed on its own, with the GPU idle
+    before it starts: timing steps back to back would let the next step's collective
+    (which only depends on the inputs) overlap this step's matmul on NCCL's stream,
+    which flatters whichever graph frees the collective's buffer earliest and hides
+    exactly the overlap that the fused ops exist to provide."""
     for _ in range(warmup):
         fn(*args)
     torch.cuda.synchronize()
     dist.barrier()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    start.record()
+    total = 0.0
     for _ in range(iters):
+        dist.barrier()  # both ranks enter the step together
+        torch.cuda.synchronize()
+        start.record()
         fn(*args)
-    end.record()
-    torch.cuda.synchronize()
-    t = torch.tensor([start.elapsed_time(end) / iters], device="cuda")
+        end.record()
+        torch.cuda.synchronize()
+        total += start.elapsed_time(end)
+    t = torch.tensor([total / iters], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slower rank is the step time
     return t.item()
 
@@ -208,8 +226,11 @@ def main():
         variants["slicecat_fused"]["identical_to_canonical_fused"] = torch.equal(
             variants["slicecat_fused"]["out"], variants["canonical_fused"]["out"]
         )
-        for _ in range(args.reps):
-            for v in variants.values():
+        # rotate which variant goes first in each repetition so that no variant
+        # always pays (or profits from) its position in the sequence
+        order = list(variants.values())
+        for rep in range(args.reps):
+            for v in order[rep % len(order) :] + order[: rep % len(order)]:
                 v["ms"].append(timed_ms(v["fn"], inputs, args.warmup, args.iters))
         med = {k: statistics.median(v["ms"]) for k, v in variants.items()}
         row = {
