@@ -35,13 +35,14 @@ import platform
 import socket
 import statistics
 import time
+import types
+from unittest import mock
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._dynamo.utils import counters
-from torch._inductor import config as inductor_config
-from torch._inductor.utils import run_and_get_code
+from torch._inductor.graph import GraphLowering
 
 
 all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
@@ -116,6 +117,53 @@ def make_case(name, M, K, N, ws, group_name):
         "rs_m": ([(M, K // ws), (K // ws, N)], rs_canonical(0), rs_slicecat(0), rs),
     }
     return cases[name]
+
+
+def compile_variants(canon, slicecat, inputs, op):
+    """Compile the four variants so that each keeps running its own graph.
+
+    Dynamo caches compiled graphs on the function's code object, and the fused
+    and unfused variants of a form share one.  This harness used to compile
+    each under ``inductor_config.patch`` through ``run_and_get_code``, which
+    calls ``torch._dynamo.reset()`` first: the earlier entries were thrown
+    away, so at timing time ``canon`` recompiled with the default config
+    (unfused) for both canonical variants, and both slice/cat variants ran the
+    last (fused) entry, i.e. "slicecat vs canonical" was really "fused vs
+    unfused".  Each variant now gets its own code object and carries
+    ``_micro_pipeline_tp`` in its compile options, the code is captured
+    without a reset, and the timing loop refuses to recompile."""
+    torch._dynamo.reset()
+    variants = {}
+    for vname, fn, on in (
+        ("canonical_unfused", canon, False),
+        ("canonical_fused", canon, True),
+        ("slicecat_unfused", slicecat, False),
+        ("slicecat_fused", slicecat, True),
+    ):
+        fn = types.FunctionType(
+            fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{vname}"),
+            fn.__globals__,
+            vname,
+            fn.__defaults__,
+            fn.__closure__,
+        )
+        counters.clear()
+        t0 = time.perf_counter()
+        compiled = torch.compile(
+            fn, fullgraph=True, options={"_micro_pipeline_tp": on}
+        )
+        codes = []
+        with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+            out = compiled(*inputs)
+        variants[vname] = {
+            "fn": compiled,
+            "out": out,
+            "fused": op in "\n".join(codes),
+            "slice_cat_proven": counters["inductor"][FEATURE],
+            "compile_s": time.perf_counter() - t0,
+            "ms": [],
+        }
+    return variants
 
 
 def timed_ms(fn, args, warmup, iters):
@@ -197,27 +245,7 @@ def main():
         inputs = [
             torch.randn(s, device="cuda", dtype=dtype) / s[-1] ** 0.5 for s in shapes
         ]
-        variants = {}
-        for vname, fn, on in (
-            ("canonical_unfused", canon, False),
-            ("canonical_fused", canon, True),
-            ("slicecat_unfused", slicecat, False),
-            ("slicecat_fused", slicecat, True),
-        ):
-            torch._dynamo.reset()
-            counters.clear()
-            t0 = time.perf_counter()
-            with inductor_config.patch(_micro_pipeline_tp=on):
-                compiled = torch.compile(fn, fullgraph=True)
-                out, codes = run_and_get_code(compiled, *inputs)
-            variants[vname] = {
-                "fn": compiled,
-                "out": out,
-                "fused": op in "\n".join(codes),
-                "slice_cat_proven": counters["inductor"][FEATURE],
-                "compile_s": time.perf_counter() - t0,
-                "ms": [],
-            }
+        variants = compile_variants(canon, slicecat, inputs, op)
         ref = variants["slicecat_unfused"]["out"].float()
         for v in variants.values():
             v["max_rel_err"] = (
@@ -229,9 +257,10 @@ def main():
         # rotate which variant goes first in each repetition so that no variant
         # always pays (or profits from) its position in the sequence
         order = list(variants.values())
-        for rep in range(args.reps):
-            for v in order[rep % len(order) :] + order[: rep % len(order)]:
-                v["ms"].append(timed_ms(v["fn"], inputs, args.warmup, args.iters))
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for rep in range(args.reps):
+                for v in order[rep % len(order) :] + order[: rep % len(order)]:
+                    v["ms"].append(timed_ms(v["fn"], inputs, args.warmup, args.iters))
         med = {k: statistics.median(v["ms"]) for k, v in variants.items()}
         row = {
             "case": case,
