@@ -9,9 +9,7 @@ The tests skip when it is not built, unless DA8W4_REQUIRE_KERNEL=1 (CI), which t
 the skip into a failure.
 """
 
-import importlib.util
 import os
-import pathlib
 import subprocess
 import sys
 import unittest
@@ -28,19 +26,10 @@ from torch.testing._internal.common_utils import (
     TestCase,
 )
 
-
-def _import_loader():
-    if "da8w4_linear_cpu" in sys.modules:
-        return sys.modules["da8w4_linear_cpu"]
-    path = pathlib.Path(__file__).resolve().parents[1] / "da8w4_linear_cpu.py"
-    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["da8w4_linear_cpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from _da8w4_loader import import_loader
 
 
-loader = _import_loader()
+loader = import_loader()
 LOADED = loader.load()
 if not LOADED and os.environ.get("DA8W4_REQUIRE_KERNEL") == "1":
     raise RuntimeError(f"DA8W4_REQUIRE_KERNEL=1 but {loader.default_path()} did not load")

@@ -7,9 +7,6 @@ library loaded the same flow runs, eagerly and under torch.compile (with freezin
 Skips cleanly unless torchao is importable and our kernel is built.
 """
 
-import importlib.util
-import pathlib
-import sys
 import unittest
 
 import torch
@@ -23,19 +20,10 @@ from torch.testing._internal.common_utils import (
     TestCase,
 )
 
-
-def _import_loader():
-    if "da8w4_linear_cpu" in sys.modules:
-        return sys.modules["da8w4_linear_cpu"]
-    path = pathlib.Path(__file__).resolve().parents[1] / "da8w4_linear_cpu.py"
-    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["da8w4_linear_cpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from _da8w4_loader import import_loader
 
 
-loader = _import_loader()
+loader = import_loader()
 LOADED = loader.load()  # imports torchao first when it is installed
 
 SKIP_REASON = None
