@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Callable, TypeVar, Union
 
 import torch
 import torch.fx
@@ -553,46 +553,39 @@ def should_fuse_reassembly(
     return True
 
 
-def match_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
-    """``node`` as a proven all-gather reassembly (find, can, should), or None."""
-    r = AllGatherReassembly.from_node(node)
-    if (
-        r is None
-        or not can_fuse_all_gather_reassembly(r)
-        or not should_fuse_reassembly(r)
-    ):
+_Reassembly = TypeVar("_Reassembly", AllGatherReassembly, ReduceScatterReassembly)
+
+
+def _accept_reassembly(
+    r: _Reassembly | None, can_fuse: Callable[[_Reassembly], bool]
+) -> _Reassembly | None:
+    """``r`` when it is found, ``can_fuse`` proves it and it should be fused
+    (counted and logged), else None."""
+    if r is None or not can_fuse(r) or not should_fuse_reassembly(r):
         return None
     counters["inductor"][FEATURE] += 1
-    log.debug(
-        "%s: %s reassembles %s along dim %d",
-        FEATURE,
-        r.res_node,
-        r.ag_node,
-        r.gather_dim,
-    )
+    if isinstance(r, AllGatherReassembly):
+        result, source, dim = r.res_node, r.ag_node, r.gather_dim
+    else:
+        result, source, dim = r.cat_node, r.input_node, r.scatter_dim
+    log.debug("%s: %s reassembles %s along dim %d", FEATURE, result, source, dim)
     return r
+
+
+def match_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
+    """``node`` as a proven all-gather reassembly (find, can, should), or None."""
+    return _accept_reassembly(
+        AllGatherReassembly.from_node(node), can_fuse_all_gather_reassembly
+    )
 
 
 def match_reduce_scatter_reassembly(
     node: torch.fx.Node,
 ) -> ReduceScatterReassembly | None:
     """``node`` (a wait_tensor) as a proven reduce-scatter reassembly, or None."""
-    r = ReduceScatterReassembly.from_node(node)
-    if (
-        r is None
-        or not can_fuse_reduce_scatter_reassembly(r)
-        or not should_fuse_reassembly(r)
-    ):
-        return None
-    counters["inductor"][FEATURE] += 1
-    log.debug(
-        "%s: %s reassembles %s along dim %d",
-        FEATURE,
-        r.cat_node,
-        r.input_node,
-        r.scatter_dim,
+    return _accept_reassembly(
+        ReduceScatterReassembly.from_node(node), can_fuse_reduce_scatter_reassembly
     )
-    return r
 
 
 def only_used_by_reassembly(node: torch.fx.Node, match: object) -> bool:
