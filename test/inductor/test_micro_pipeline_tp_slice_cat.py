@@ -298,6 +298,22 @@ class MicroPipelineTPSliceCatFindTest(_FakePGTestCase):
             if m.res_node.target in (aten.cat.default, aten.slice.Tensor)
         ]
 
+    def _assert_rejected_for(self, logs, reason, form, miscompiles, canonical):
+        """The skip was logged with ``reason``, and the rejection matters:
+        fusing ``form`` as the canonical layout would compute something else
+        (unless ``miscompiles`` is False)."""
+        self.assertTrue(
+            any(
+                "skipping micro_pipeline_tp_slice_cat" in line and reason in line
+                for line in logs.output
+            ),
+            logs.output,
+        )
+        y = torch.arange(8 * 8).reshape(8, 8)
+        a = form(y, y + 1000, 2)
+        canonicals = [canonical(y, 2, d) for d in range(y.ndim)]
+        self.assertEqual(not any(_same(a, c) for c in canonicals), miscompiles)
+
     @parametrize("name", list(AG_PROVEN))
     def test_all_gather_slice_cat_proven(self, name):
         form, gather_dim = AG_PROVEN[name]
@@ -325,19 +341,9 @@ class MicroPipelineTPSliceCatFindTest(_FakePGTestCase):
         self.assertEqual(self._slice_cat_match(matches), [])
         self.assertEqual(counters["inductor"][FEATURE], 0)
         self.assertGreater(counters["inductor"][f"{FEATURE}_rejected"], 0)
-        self.assertTrue(
-            any(
-                "skipping micro_pipeline_tp_slice_cat" in line and reason in line
-                for line in logs.output
-            ),
-            logs.output,
+        self._assert_rejected_for(
+            logs, reason, form, miscompiles, _canonical_all_gather
         )
-        # The rejection matters: fusing it as the canonical layout would
-        # compute something else.
-        y = torch.arange(8 * 8).reshape(8, 8)
-        a = form(y, y + 1000, 2)
-        canonical = [_canonical_all_gather(y, 2, d) for d in range(y.ndim)]
-        self.assertEqual(not any(_same(a, c) for c in canonical), miscompiles)
 
     @parametrize("name", list(RS_PROVEN))
     def test_reduce_scatter_slice_cat_proven(self, name):
@@ -366,17 +372,9 @@ class MicroPipelineTPSliceCatFindTest(_FakePGTestCase):
             [m for m in matches if m.input_node.target is aten.mm.default], []
         )
         self.assertEqual(counters["inductor"][FEATURE], 0)
-        self.assertTrue(
-            any(
-                "skipping micro_pipeline_tp_slice_cat" in line and reason in line
-                for line in logs.output
-            ),
-            logs.output,
+        self._assert_rejected_for(
+            logs, reason, form, miscompiles, _canonical_reduce_scatter_input
         )
-        y = torch.arange(8 * 8).reshape(8, 8)
-        a = form(y, y + 1000, 2)
-        canonical = [_canonical_reduce_scatter_input(y, 2, d) for d in range(y.ndim)]
-        self.assertEqual(not any(_same(a, c) for c in canonical), miscompiles)
 
     def test_all_gather_slice_cat_3d(self):
         # Sequence parallel: [b, s/ws, h] gathered on the sequence dim.
@@ -555,6 +553,12 @@ class MicroPipelineTPSliceCatFindTest(_FakePGTestCase):
 class MicroPipelineTPSliceCatRewriteTest(_FakePGTestCase):
     """The pass on make_fx graphs: the rewritten graph, or no change."""
 
+    def _assert_fused_graph(self, gm, fused_call, gone):
+        code = str(gm.graph)
+        self.assertIn(fused_call, code)
+        for op in gone:
+            self.assertNotIn(op, code)
+
     def test_fuse_all_gather_matmul_slice_cat(self):
         # The reported repro (gathered along K, so K per rank >= 1024).
         group_name = self.group_name
@@ -588,13 +592,11 @@ graph():
 
         gm = _make_post_grad_fx(f, torch.randn(2, 4, 8), torch.randn(8, 16))
         self._fuse(gm)
-        code = str(gm.graph)
-        self.assertIn(
+        self._assert_fused_graph(
+            gm,
             "fused_all_gather_matmul.default](args = (%inductor_force_stride_order_default, [%w_1], 1, 0)",
-            code,
+            ("all_gather_into_tensor", "aten.slice", "aten.cat", "aten.mm"),
         )
-        for gone in ("all_gather_into_tensor", "aten.slice", "aten.cat", "aten.mm"):
-            self.assertNotIn(gone, code)
 
     def test_fuse_matmul_reduce_scatter_slice_cat(self):
         # The reported repro: mm -> cat(narrow(1, ...), dim=0) -> reduce_scatter.
@@ -629,13 +631,11 @@ graph():
 
         gm = _make_post_grad_fx(f, torch.randn(2, 8, 4), torch.randn(4, 16))
         self._fuse(gm)
-        code = str(gm.graph)
-        self.assertIn(
+        self._assert_fused_graph(
+            gm,
             "fused_matmul_reduce_scatter.default](args = (%inductor_force_stride_order_default, %b_1, avg, 1, 0)",
-            code,
+            ("reduce_scatter_tensor", "aten.slice", "aten.cat", "aten.mm"),
         )
-        for gone in ("reduce_scatter_tensor", "aten.slice", "aten.cat", "aten.mm"):
-            self.assertNotIn(gone, code)
 
     def test_unproven_forms_left_unfused(self):
         # Stock 2.13/2.15 fuse every one of these as if it were canonical.
@@ -739,30 +739,37 @@ class MicroPipelineTPSliceCatCompileTest(_FakePGTestCase):
 
         return fn
 
+    def _assert_compiles_fused(self, fn, args, fused_op, collective):
+        counters.clear()
+        graph = self._post_grad_graph(fn, *args)
+        self.assertIn(fused_op, graph)
+        self.assertNotIn(collective, graph)
+        self.assertGreater(counters["inductor"][FEATURE], 0)
+
     def test_compile_all_gather_matmul_slice_cat(self):
         for name, shard, w in (
             ("repro_gather_k", (64, 1024), (2048, 32)),
             ("seq_3d", (2, 8, 16), (16, 32)),
         ):
             with self.subTest(name):
-                counters.clear()
-                fn = self._all_gather_mm(AG_PROVEN["repro_cat_dim1"][0])
-                graph = self._post_grad_graph(fn, torch.randn(shard), torch.randn(w))
-                self.assertIn("symm_mem.fused_all_gather_matmul", graph)
-                self.assertNotIn("all_gather_into_tensor", graph)
-                self.assertGreater(counters["inductor"][FEATURE], 0)
+                self._assert_compiles_fused(
+                    self._all_gather_mm(AG_PROVEN["repro_cat_dim1"][0]),
+                    (torch.randn(shard), torch.randn(w)),
+                    "symm_mem.fused_all_gather_matmul",
+                    "all_gather_into_tensor",
+                )
 
     def test_compile_matmul_reduce_scatter_slice_cat(self):
         for name, a in (("repro_narrow_dim1", (64, 32)), ("seq_3d", (2, 8, 32))):
             with self.subTest(name):
-                counters.clear()
-                fn = self._mm_reduce_scatter(
-                    lambda y, y2, ws: torch.cat(_chunks(y, ws, 1), dim=0)
+                self._assert_compiles_fused(
+                    self._mm_reduce_scatter(
+                        lambda y, y2, ws: torch.cat(_chunks(y, ws, 1), dim=0)
+                    ),
+                    (torch.randn(a), torch.randn(32, 16)),
+                    "symm_mem.fused_matmul_reduce_scatter",
+                    "reduce_scatter_tensor",
                 )
-                graph = self._post_grad_graph(fn, torch.randn(a), torch.randn(32, 16))
-                self.assertIn("symm_mem.fused_matmul_reduce_scatter", graph)
-                self.assertNotIn("reduce_scatter_tensor", graph)
-                self.assertGreater(counters["inductor"][FEATURE], 0)
 
     def test_compile_unproven_forms_left_unfused(self):
         for name in ("swapped", "strided"):
