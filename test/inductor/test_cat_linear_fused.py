@@ -187,18 +187,16 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_fused_cpu_rule(self):
         # The measured CPU rule (benchmarks/README.md), no benchmark either way:
         # forward only keeps stock ...
-        # (thresholds patched so the rule does not depend on this machine's threads)
-        many = mock.patch.object(cat_linear_fused, "CPU_MIN_THREADS", 1)
-        with torch.no_grad(), many:
+        with torch.no_grad():
             args = make_inputs((64,), (64, 64), 64, grad=False)
             self.common(relu_cat_linear, args, 0, backward=False)
-        # ... forward+backward rewrites with enough threads ...
-        with many:
-            self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 1)
-            # ... but not with pieces narrower than measured
-            self.common(relu_cat_linear, make_inputs((64,), (32, 96), 64), 0)
-        with mock.patch.object(cat_linear_fused, "CPU_MIN_THREADS", 1 << 20):
-            self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 0)
+        # ... forward+backward with an in-graph pointwise producer rewrites ...
+        self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 1)
+        # ... but not with pieces narrower than measured ...
+        self.common(relu_cat_linear, make_inputs((64,), (32, 96), 64), 0)
+        # ... and graph-input parts need wider pieces.
+        self.common(cat_linear, make_inputs((64,), (64, 64), 64), 0)
+        self.common(cat_linear, make_inputs((64,), (256, 256), 64), 1)
         self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
 
     def test_cat_linear_fused_non_tensor_part(self):

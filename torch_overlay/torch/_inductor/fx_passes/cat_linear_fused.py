@@ -380,31 +380,38 @@ def should_cat_linear_fused(match: CatLinearMatch) -> str | None:
     return None
 
 
-# Narrowest piece and fewest threads the CPU rule was measured with.
+# Narrowest pieces the CPU rule was measured with: any forward+backward site, and
+# one whose parts are all graph inputs (no in-graph producer to fuse with).
 CPU_MIN_PIECE_WIDTH = 64
-CPU_MIN_THREADS = 16
+CPU_MIN_INPUT_PIECE_WIDTH = 256
 
 
 def _should_on_cpu(match: CatLinearMatch) -> str | None:
     """Measured rule (benchmarks/cat_linear_fused_cpu.py, benchmarks/README.md).
 
+    Measured on a quiet 2-thread AMD EPYC (Zen 5) and a 16-thread AMD EPYC host.
     Forward only, Inductor's C++ backend writes the parts (and pointwise
     producers) straight into the cat buffer and one GEMM beats two: keep stock.
-    Forward+backward with 16 threads (AMD EPYC host), ``view`` took 0.71-1.02x
-    of stock's time on every measured shape (the backward no longer forms the
-    cat's gradient as one buffer, and with a pointwise producer the saved cat
-    goes away); with 2 threads it was slower on every shape.  So: rewrite only
-    forward+backward sites, with at least as many threads and pieces at least
-    as wide as measured.
+    Forward+backward with a pointwise producer in the graph, ``view`` took
+    0.58-0.73x of stock's time on 2 threads and 0.71-1.02x on 16 (the saved
+    cat and the cat's gradient as one buffer go away); with graph-input parts
+    it took 0.95-0.97x (2 threads) and 0.92-0.98x (16) for pieces 256 wide or
+    more, but 1.05x (2 threads) for 64-wide ones.  So: rewrite only
+    forward+backward sites whose pieces are at least 64 wide, and at least 256
+    wide when no part has an in-graph pointwise producer.
     """
     if not match.needs_grad:
         _skip("forward only: stock is faster on CPU at %s", match.linear)
         return None
-    if torch.get_num_threads() < CPU_MIN_THREADS:
-        _skip("fewer than %d CPU threads at %s", CPU_MIN_THREADS, match.linear)
-        return None
     if min(match.widths) < CPU_MIN_PIECE_WIDTH:
         _skip("a piece is narrower than %d on CPU at %s", CPU_MIN_PIECE_WIDTH, match.linear)
+        return None
+    if not any(match.fused_producers) and min(match.widths) < CPU_MIN_INPUT_PIECE_WIDTH:
+        _skip(
+            "graph-input parts narrower than %d on CPU at %s",
+            CPU_MIN_INPUT_PIECE_WIDTH,
+            match.linear,
+        )
         return None
     return "view"
 
