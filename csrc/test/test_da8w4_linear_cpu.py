@@ -226,6 +226,28 @@ class TestDa8w4Linear(TestCase):
                 with force_isa(isa):
                     self.assertEqual(da8w4(x, sa, za, packed, bias, torch.float32), want, atol=0, rtol=0)
 
+    @parametrize("symmetric", (False, True))
+    def test_small_row_counts(self, symmetric):
+        # Every row count of the small-tile paths (fp32 accumulators kept in registers
+        # for <= 4 rows, the 8-row blocks above), with an even and an odd number of
+        # 4-k steps per k block (group_size 32 and 36), against the reference.
+        gen = torch.Generator().manual_seed(11)
+        for group_size, k in ((32, 256), (36, 216)):
+            n = 96
+            w, sw, zw = make_weight(n, k, group_size, gen)
+            packed = prepack(w, sw, zw)
+            bias = torch.randn(n, generator=gen)
+            for m in range(1, 10):
+                x, sa, za = make_activation((m,), k, symmetric, gen)
+                want = reference_linear(x, sa, za, w, sw, zw, bias, torch.float32, symmetric)
+                for isa in ISAS:
+                    if _isa_available(isa):
+                        with force_isa(isa):
+                            got = da8w4(x, sa, za, packed, bias, torch.float32)
+                        self.assertEqual(
+                            got, want, atol=0, rtol=0, msg=f"{isa} m={m} gs={group_size}"
+                        )
+
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
         for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):
