@@ -10,7 +10,7 @@ For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
   stock    F.linear(torch.cat(parts, -1), W)          cat_linear_fused off
   patched  the same function                          cat_linear_fused on (per-site decision)
   floor    F.linear(x, W) on an already materialized x (the GEMM alone)
-  view / addmm (with --forms): the pass forced into that form
+  view / addmm / gemm (with --forms): the pass forced into that form
 
 and times each with ``triton.testing.do_bench``; the timing sweep is repeated
 ``--reps`` times, interleaving variants, and medians are reported.  It also
@@ -99,7 +99,7 @@ def compile_variant(variant, producer, device):
 
     fn = floor_fn if variant == "floor" else make_fn(producer)
     patches = {"cat_linear_fused": variant != "stock" and variant != "floor"}
-    if variant in ("view", "addmm"):
+    if variant in ("view", "addmm", "gemm"):
         patches["cat_linear_fused_force"] = variant
     return torch.compile(fn, options=patches), patches
 
@@ -197,7 +197,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--forms", action="store_true", help="also time the forced forms")
+    ap.add_argument("--forms", nargs="*", default=None,
+                    help="also time these forced forms (all of view/addmm/gemm if none named)")
     ap.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
@@ -211,7 +212,8 @@ def main(argv=None):
     ic.force_disable_caches = True  # the pass must run on every compile
     dtype = getattr(torch, args.dtype)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
-    variants = ["stock", "patched", "floor"] + (["view", "addmm"] if args.forms else [])
+    forms = [] if args.forms is None else (args.forms or ["view", "addmm", "gemm"])
+    variants = ["stock", "patched", "floor"] + forms
     machine = (torch.cuda.get_device_name() if args.device == "cuda" else
                f"cpu x{os.cpu_count()}")  # fmt: skip
     print(torch.__version__, machine, flush=True)

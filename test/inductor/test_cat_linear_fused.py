@@ -20,9 +20,17 @@ from torch.testing._internal.inductor_utils import HAS_CPU, HAS_CUDA_AND_TRITON
 
 HAS_PASS = hasattr(inductor_config, "cat_linear_fused")
 if HAS_PASS:
-    from torch._inductor.fx_passes import cat_linear_fused, cat_linear_fused_bench
+    from torch._inductor.fx_passes import (
+        cat_linear_fused,
+        cat_linear_fused_bench,
+        cat_linear_fused_gemm,
+    )
 
-TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=5e-2, rtol=5e-2)}
+TOL = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.float16: dict(atol=1e-2, rtol=1e-2),
+    torch.bfloat16: dict(atol=5e-2, rtol=5e-2),
+}
 
 
 def cat_linear(a, b, w, bias=None):
@@ -181,6 +189,14 @@ class CatLinearFusedTest(TestCase):
         self.assertEqual(out, ref, **TOL[torch.bfloat16])
         self.assertEqual(counters["inductor"]["cat_linear_fused"], 0)
 
+    def test_cat_linear_fused_gemm_form_needs_cuda(self):
+        # The Triton GEMM form exists only on CUDA with fp16/bf16: forcing it
+        # elsewhere is a logged no-op, never an error or a wrong rewrite.
+        args = make_inputs((4,), (8, 8), 16)
+        with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(cat_linear, args, 0, force="gemm")
+        self.assertIn("forced form gemm is not available", "\n".join(cm.output))
+
     def test_cat_linear_fused_forced_off(self):
         self.common(cat_linear, make_inputs((4,), (8, 8), 16), 0, force="off")
 
@@ -237,6 +253,9 @@ class CatLinearFusedTest(TestCase):
         # inside the 1.1x margin: keep stock
         self.assertEqual(choose({"stock": 1.05, "view": 1.0, "addmm": 1.0}), "stock")
         self.assertEqual(choose({"stock": 1.0, "view": 2.0, "addmm": 3.0}), "stock")
+        self.assertEqual(choose({"stock": 2.0, "view": 3.0, "addmm": 3.0, "gemm": 1.5}), "gemm")
+        # forms that were not timed (not available at the site) are not chosen
+        self.assertEqual(choose({"stock": 2.0, "view": 1.0}), "view")
 
     @parametrize("times,expected", [
         ({"stock": 3.0, "view": 1.0, "addmm": 2.0}, "view"),
@@ -249,8 +268,9 @@ class CatLinearFusedTest(TestCase):
         with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
             code = self.common(cat_linear, args, int(expected is not None), force="bench")
             stub.assert_called_once()
-            spec = stub.call_args.args[0]
+            spec, forms = stub.call_args.args
             self.assertTrue(spec.backward)
+            self.assertEqual(forms, ("view", "addmm"))  # no Triton GEMM on CPU
             self.assertEqual([p[0] for p in spec.parts], [(8, 8), (8, 8)])
             # second compile of the same site (graph caches off so the pass runs):
             # the decision comes from the LocalCache, no second benchmark
@@ -259,6 +279,22 @@ class CatLinearFusedTest(TestCase):
             stub.assert_called_once()
         if expected is None:
             FileCheck().check("cat").run(code[0])
+
+    def test_cat_linear_fused_gemm_benchmarked_forward_only(self):
+        # Where the Triton GEMM form exists, the benchmark times it for
+        # forward-only sites and never for forward+backward ones (measured).
+        stub = mock.Mock(return_value={"stock": 1.0, "view": 2.0, "addmm": 2.0, "gemm": 2.0})
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), mock.patch.object(
+            cat_linear_fused_gemm, "gemm_form_available", return_value=True
+        ):
+            with torch.no_grad():
+                args = make_inputs((8,), (8, 8), 16, grad=False)
+                self.common(cat_linear, args, 0, force="bench", backward=False)
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
+        self.assertEqual(
+            [c.args[1] for c in stub.call_args_list],
+            [("view", "addmm", "gemm"), ("view", "addmm")],
+        )
 
     def test_cat_linear_fused_decision_mode_fwd_vs_bwd(self):
         stub = mock.Mock(return_value={"stock": 1.0, "view": 1.0, "addmm": 1.0})
@@ -338,6 +374,39 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_fused_cuda_forced_parity(self, form):
         args = make_inputs((4, 64), (32, 96), 64, dtype=torch.bfloat16, device="cuda")
         self.common(relu_cat_linear, args, 1, force=form)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    @parametrize("dtype", [torch.float16, torch.bfloat16])
+    @parametrize("widths", [(64, 64), (32, 96, 40), (16, 48, 64, 8)])
+    def test_cat_linear_fused_cuda_gemm_parity(self, dtype, widths):
+        # 2-D and 3-D, bias or none, odd widths (K tails), forward and backward;
+        # one Triton kernel reads the pieces in place, no cat kernel.
+        for lead, bias in (((300,), True), ((3, 70), False)):
+            args = make_inputs(lead, widths, 72, dtype=dtype, device="cuda", bias=bias)
+            fn = lambda *a: F.linear(torch.cat(a[: len(widths)], -1), *a[len(widths):])  # noqa: E731
+            code = self.common(fn, args, 1, force="gemm")
+            FileCheck().check("cat_linear_kernel").run(code[0])
+            FileCheck().check_not("triton_poi_fused_cat").run(code[0])
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    def test_cat_linear_fused_cuda_gemm_dynamic_and_no_grad(self):
+        args = make_inputs((2, 50), (64, 32), 64, dtype=torch.bfloat16, device="cuda")
+        for a in args[:2]:
+            torch._dynamo.mark_dynamic(a, 0)
+            torch._dynamo.mark_dynamic(a, 1)
+        self.common(relu_cat_linear, args, 1, force="gemm")
+        args = make_inputs((128,), (64, 64), 64, dtype=torch.float16, device="cuda", grad=False)
+        with torch.no_grad():
+            self.common(relu_cat_linear, args, 1, force="gemm", backward=False)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    def test_cat_linear_fused_cuda_gemm_not_available(self):
+        # fp32 (TF32 semantics) and more than MAX_PARTS pieces: left alone.
+        self.common(cat_linear, make_inputs((64,), (32, 32), 32, device="cuda"), 0, force="gemm")
+        n = cat_linear_fused_gemm.MAX_PARTS + 1
+        args = make_inputs((64,), (16,) * n, 32, dtype=torch.bfloat16, device="cuda", bias=False)
+        fn = lambda *a: F.linear(torch.cat(a[:n], -1), a[n])  # noqa: E731
+        self.common(fn, args, 0, force="gemm")
 
     # ---- coexistence with upstream's cat_linear (torch >= 2.14) ------------------
 

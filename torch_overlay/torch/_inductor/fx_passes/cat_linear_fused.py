@@ -30,6 +30,9 @@ Candidate forms (see ``CatLinearMatch.rewrite``):
 * ``"addmm"``: ``addmm(addmm(mm(x_0, W_0^T), x_1, W_1^T), ...)`` -- the running sum
   is the GEMM's ``C`` input, so accumulation happens in the GEMM epilogue instead
   of in separate add kernels.
+* ``"gemm"``: one Triton GEMM that reads each piece in place and accumulates all
+  of them in registers (``cat_linear_fused_gemm.py``); CUDA, fp16/bf16, at most
+  ``MAX_PARTS`` pieces.  Its backward is per-piece ATen GEMMs.
 
 Upstream (2.14+) ships an opt-in ``pre_grad_fusion_options["cat_linear"]`` with
 fixed gates.  The two coexist: that fusion runs inside ``group_batch_fusion_passes``
@@ -59,8 +62,8 @@ _FEATURE = "cat_linear_fused"
 LINEAR_TARGETS = (F.linear, torch._C._nn.linear)
 CAT_TARGETS = (torch.cat, torch.concat, torch.concatenate)
 
-# Candidate per-piece forms, in the order they are benchmarked.
-FORMS = ("view", "addmm")
+# Candidate forms, in the order they are benchmarked.
+FORMS = ("view", "addmm", "gemm")
 
 # A per-piece form must beat stock by this factor before we take it: compile-time
 # eager timings are noisy and do not see every Inductor fusion.
@@ -175,8 +178,23 @@ class CatLinearMatch:
         return bool(_val(self.linear).requires_grad)
 
     @property
+    def dtype(self) -> torch.dtype:
+        return _val(self.linear).dtype
+
+    @property
     def fused_producers(self) -> list[bool]:
         return [_is_fused_producer(p) for p in self.parts]
+
+    def available_forms(self) -> tuple[str, ...]:
+        """The forms this site can take (``"gemm"`` needs CUDA, Triton, fp16/bf16)."""
+        from .cat_linear_fused_gemm import gemm_form_available
+
+        return tuple(
+            f
+            for f in FORMS
+            if f != "gemm"
+            or gemm_form_available(self.device, self.dtype, len(self.parts))
+        )
 
     def rewrite(self, form: str) -> torch.fx.Node:
         graph = self.linear.graph
@@ -185,6 +203,8 @@ class CatLinearMatch:
                 out = self._rewrite_view(graph)
             elif form == "addmm":
                 out = self._rewrite_addmm(graph)
+            elif form == "gemm":
+                out = self._rewrite_gemm(graph)
             else:
                 raise AssertionError(f"unknown {_FEATURE} form {form!r}")
         out.meta.update(
@@ -218,6 +238,18 @@ class CatLinearMatch:
             acc = y if acc is None else self._call(graph, torch.add, acc, y)
         assert acc is not None
         return acc
+
+    def _rewrite_gemm(self, graph: torch.fx.Graph) -> torch.fx.Node:
+        from .cat_linear_fused_gemm import get_op
+
+        op = get_op()
+        node = graph.call_function(op, (list(self.parts), self.weight, self.bias))
+        node.meta["example_value"] = op(
+            [_val(p) for p in self.parts], _val(self.weight), _val(self.bias)
+        )
+        if "stack_trace" in self.linear.meta:
+            node.meta["stack_trace"] = self.linear.meta["stack_trace"]
+        return node
 
     def _rewrite_addmm(self, graph: torch.fx.Graph) -> torch.fx.Node:
         acc = None
@@ -369,6 +401,9 @@ def should_cat_linear_fused(match: CatLinearMatch) -> str | None:
         if forced == "off":
             _skip("forced off at %s", match.linear)
             return None
+        if forced not in match.available_forms():
+            _skip("forced form %s is not available at %s", forced, match.linear)
+            return None
         return forced
 
     device = match.device
@@ -428,7 +463,7 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
         return None
     form = bench.get_cached_form(spec)
     if form is None:
-        times = bench.benchmark_forms(spec)
+        times = bench.benchmark_forms(spec, benchmark_candidates(match))
         form = choose_form(times)
         bench.set_cached_form(spec, form)
         log.debug("%s benchmark at %s: %s -> %s", _FEATURE, match.linear, times, form)
@@ -436,6 +471,20 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
         _skip("stock is within %.2fx of every form at %s", BENCH_MARGIN, match.linear)
         return None
     return form
+
+
+def benchmark_candidates(match: CatLinearMatch) -> tuple[str, ...]:
+    """The forms worth timing at this site.
+
+    ``"gemm"`` only for forward-only sites: measured on an H100
+    (benchmarks/README.md), its per-piece backward adds GEMM launches to steps
+    that are bound by host work, and forward+backward it came out anywhere from
+    0.85x to 1.34x of stock's time, so a compile-time benchmark cannot call it.
+    """
+    forms = match.available_forms()
+    if match.needs_grad:
+        forms = tuple(f for f in forms if f != "gemm")
+    return forms
 
 
 def choose_form(times: dict[str, float], margin: float = BENCH_MARGIN) -> str:

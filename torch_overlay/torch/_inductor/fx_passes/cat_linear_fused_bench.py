@@ -7,14 +7,23 @@ the mode the site runs in: forward only, or forward plus backward.  Results are
 cached in Inductor's ``LocalCache`` keyed by ``BenchSpec.key()``, so each distinct
 site is measured once per machine.
 
-What stock costs is modelled on what Inductor generates: a part produced by a
-pointwise op is written straight into the cat buffer, so for such parts the cat
-adds no traffic in forward and stock is timed as the GEMM on a ready buffer.
+What each side costs is modelled on what Inductor generates.  Forward only: a
+part produced by a pointwise op is written straight into the cat buffer by one
+kernel, so stock is timed as cat + GEMM, and a form, whose pieces must then be
+written by one producer kernel each, is charged one copy per such piece.  On
+CUDA forward sites are timed by the kernels' device time
+(``do_bench_using_profiling``): compiled code launches them back to back, and
+the host cost of calling the forms eagerly (the Triton launcher above all)
+would otherwise decide small sites.  Forward+backward: a pointwise producer's
+output is the cat buffer, so stock is timed as the GEMM on a ready buffer, and
+with wall-clock events, since such steps are bounded by host work as much as by
+the GPU.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING
@@ -26,6 +35,9 @@ from torch._inductor.codecache import LocalCache
 from torch.utils._mode_utils import no_dispatch
 
 from .cat_linear_fused import _val, FORMS
+
+
+log = logging.getLogger(__name__)
 
 
 if TYPE_CHECKING:
@@ -93,7 +105,7 @@ class BenchSpec:
             else dev.type
         )
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        return f"cat_linear_fused|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+        return f"cat_linear_fused|v2|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
 
 
 def get_cat_linear_cache() -> LocalCache:
@@ -109,11 +121,15 @@ def set_cached_form(spec: BenchSpec, form: str) -> None:
     get_cat_linear_cache().set_value(spec.key(), value=form)
 
 
-def get_do_bench(device: str) -> Callable[[Callable[[], Any]], float]:
+def get_do_bench(device: str, backward: bool) -> Callable[[Callable[[], Any]], float]:
     from torch._inductor.runtime.benchmarking import benchmarker
 
     if torch.device(device).type == "cpu":
         return functools.partial(benchmarker.benchmark_cpu, warmup=3, rep=10)
+    if not backward and torch.device(device).type == "cuda":
+        from torch._inductor.utils import do_bench_using_profiling
+
+        return functools.partial(do_bench_using_profiling, warmup=5, rep=50)
     return functools.partial(benchmarker.benchmark_gpu, warmup=5)
 
 
@@ -123,8 +139,10 @@ def _rand(shape: tuple[int, ...], stride: tuple[int, ...], spec: BenchSpec, rg: 
     return t.requires_grad_(rg and spec.backward)
 
 
-def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
-    """One zero-arg callable per form (``"stock"`` plus ``FORMS``)."""
+def make_form_fns(
+    spec: BenchSpec, forms: tuple[str, ...] = FORMS
+) -> dict[str, Callable[[], Any]]:
+    """One zero-arg callable per form: ``"stock"`` plus ``forms``."""
     parts = [_rand(s, st, spec, rg) for s, st, rg in spec.parts]
     w = _rand(*spec.weight[:2], spec, spec.weight[2])
     b = None
@@ -136,10 +154,17 @@ def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
                     any(p.requires_grad for p in parts))  # fmt: skip
 
     def stock():
-        if all(spec.fused_producers):
-            # Inductor writes pointwise producers into the cat buffer directly.
+        if spec.backward and all(spec.fused_producers):
+            # The producers' output is the cat buffer, saved for backward.
             return F.linear(x_ready, w, b)
+        # Forward: one kernel writes the cat (producers fused in), then the GEMM.
         return F.linear(torch.cat(parts, -1), w, b)
+
+    def pieces():
+        if spec.backward:
+            return parts
+        # Without a cat to fuse into, each pointwise producer is its own kernel.
+        return [p.clone() if fused else p for p, fused in zip(parts, spec.fused_producers)]
 
     def w_slices():
         out, start = [], 0
@@ -150,14 +175,14 @@ def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
 
     def view():
         out = None
-        for i, (p, wi) in enumerate(zip(parts, w_slices())):
+        for i, (p, wi) in enumerate(zip(pieces(), w_slices())):
             y = F.linear(p, wi, b if i == 0 else None)
             out = y if out is None else out + y
         return out
 
     def addmm():
         acc = None
-        for i, (p, wi) in enumerate(zip(parts, w_slices())):
+        for i, (p, wi) in enumerate(zip(pieces(), w_slices())):
             x = p.flatten(0, -2)
             if acc is not None:
                 acc = torch.addmm(acc, x, wi.t())
@@ -165,10 +190,15 @@ def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
                 acc = torch.addmm(b, x, wi.t()) if b is not None else x @ wi.t()
         return acc.unflatten(0, lead)
 
-    fns = {"stock": stock, "view": view, "addmm": addmm}
+    def gemm():
+        from .cat_linear_fused_gemm import get_op
+
+        return get_op()(pieces(), w, b)
+
+    fns = {"stock": stock, "view": view, "addmm": addmm, "gemm": gemm}
     assert set(FORMS) <= set(fns)
     if not spec.backward:
-        return {name: fns[name] for name in ("stock", *FORMS)}
+        return {name: fns[name] for name in ("stock", *forms)}
 
     grad_out = torch.randn((*lead, spec.weight[0][0]), dtype=spec.dtype, device=spec.device)
 
@@ -183,7 +213,7 @@ def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
 
     return {
         name: with_backward(fns[name], name == "stock" and all(spec.fused_producers))
-        for name in ("stock", *FORMS)
+        for name in ("stock", *forms)
     }
 
 
@@ -195,19 +225,30 @@ def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def benchmark_forms(spec: BenchSpec, rounds: int = 2) -> dict[str, float]:
-    """Time stock and every form (ms); best of ``rounds`` interleaved rounds.
+def benchmark_forms(
+    spec: BenchSpec, forms: tuple[str, ...] = FORMS, rounds: int = 2
+) -> dict[str, float]:
+    """Time stock and ``forms`` (ms); best of ``rounds`` interleaved rounds.
 
     Every form runs once before any timing: the first GEMM of a process pays
     for library initialization, and timing it cold once made a losing form look
     3x faster than stock.
     """
-    do_bench = get_do_bench(spec.device)
+    do_bench = get_do_bench(spec.device, spec.backward)
     with no_dispatch(), torch.enable_grad() if spec.backward else torch.no_grad():
-        fns = make_form_fns(spec)
+        fns = make_form_fns(spec, forms)
         counters["inductor"]["cat_linear_fused_bench"] += 1
-        for fn in fns.values():
-            fn()
+        for name, fn in list(fns.items()):
+            if name == "stock":
+                fn()
+                continue
+            try:
+                fn()
+            except Exception:
+                # A form that cannot run here (e.g. its kernel fails to compile)
+                # is simply not a candidate, as in Inductor's autotuning.
+                log.warning("cat_linear_fused: form %s failed to run", name, exc_info=True)
+                del fns[name]
         times: dict[str, float] = {}
         for _ in range(rounds):
             for name, fn in fns.items():

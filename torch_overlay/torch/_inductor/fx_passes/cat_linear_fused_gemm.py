@@ -1,0 +1,190 @@
+"""
+The ``"gemm"`` form of ``cat_linear_fused``: one Triton GEMM that reads every
+piece of the concatenated activation where it already lives.
+
+``linear(cat([x0, x1, ...], -1), W, b)`` is one GEMM whose A operand is split
+along K.  This kernel walks the K loop piece by piece, loading A tiles from each
+piece's own pointer and strides and the matching W columns, and accumulates all
+of them in one fp32 register tile, so there is no cat buffer, no partial output
+per piece and one epilogue (bias, cast, store).
+
+It is a ``torch.library.triton_op``, so Inductor traces into it and emits the
+kernel in its own generated code.  Its backward is ordinary ATen (per-piece
+GEMMs against weight-column views for the input gradients, one GEMM per piece
+for the weight gradient), which Inductor compiles like any other backward; the
+cat is not saved for backward either.
+
+Only CUDA with Triton, 16-bit floating dtypes (fp32 would raise the TF32
+question per call) and at most ``MAX_PARTS`` pieces: ``gemm_form_available``
+says whether a site qualifies.  Whether it is worth it is decided by the pass's
+benchmark, like every other form.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import torch
+from torch.utils._triton import has_triton
+
+
+MAX_PARTS = 4
+OP_NAME = "cat_linear_fused::linear"
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def gemm_form_available(device: torch.device, dtype: torch.dtype, num_parts: int) -> bool:
+    return (
+        device.type == "cuda"
+        and dtype in _DTYPES
+        and 2 <= num_parts <= MAX_PARTS
+        and has_triton()
+    )
+
+
+# The kernels are defined whenever the triton package imports (cheap: nothing is
+# compiled until a launch); ``gemm_form_available`` decides whether they are used.
+if importlib.util.find_spec("triton") is not None:
+    import triton
+    import triton.language as tl
+
+    _CONFIGS = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                      num_stages=s, num_warps=w)
+        for bm, bn, bk, s, w in (
+            (128, 128, 64, 3, 8),
+            (128, 256, 64, 3, 8),
+            (64, 128, 64, 4, 4),
+            (128, 64, 64, 4, 4),
+            (64, 64, 64, 4, 4),
+        )
+    ]  # fmt: skip
+
+    @triton.jit
+    def _accumulate_piece(acc, a_ptr, stride_am, stride_ak, k_size, k_start, w_ptr, stride_wn,
+               stride_wk, rm, rn, BLOCK_K: tl.constexpr):  # fmt: skip
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        w_ptrs = w_ptr + rn[None, :] * stride_wn + (k_start + rk)[:, None] * stride_wk
+        for k in range(0, tl.cdiv(k_size, BLOCK_K)):
+            k_left = k_size - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, w, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            w_ptrs += BLOCK_K * stride_wk
+        return acc
+
+    @triton.autotune(configs=_CONFIGS, key=["M", "N", "K"])
+    @triton.jit
+    def cat_linear_kernel(
+        a0, a1, a2, a3,
+        stride_a0m, stride_a0k, stride_a1m, stride_a1k,
+        stride_a2m, stride_a2k, stride_a3m, stride_a3k,
+        k0, k1, k2, k3,
+        w_ptr, stride_wn, stride_wk, b_ptr, y_ptr, stride_ym, stride_yn,
+        M, N, K,
+        NUM_PARTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr,
+    ):  # fmt: skip
+        # Grouped launch order: consecutive programs share W tiles in L2.
+        pid = tl.program_id(0)
+        grid_m = tl.cdiv(M, BLOCK_M)
+        grid_n = tl.cdiv(N, BLOCK_N)
+        width = GROUP_M * grid_n
+        group_id = pid // width
+        first_m = group_id * GROUP_M
+        group_size = min(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % width) % group_size
+        pid_n = (pid % width) // group_size
+
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        # Out-of-range rows/columns read a valid row/column; the store masks them.
+        rm = offs_m % M
+        rn = offs_n % N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn, stride_wk,
+                     rm, rn, BLOCK_K)  # fmt: skip
+        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn, stride_wk,
+                     rm, rn, BLOCK_K)  # fmt: skip
+        if NUM_PARTS > 2:
+            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr, stride_wn,
+                         stride_wk, rm, rn, BLOCK_K)  # fmt: skip
+        if NUM_PARTS > 3:
+            acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2, w_ptr,
+                         stride_wn, stride_wk, rm, rn, BLOCK_K)  # fmt: skip
+        if HAS_BIAS:
+            bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)
+            acc += bias.to(tl.float32)[None, :]
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+
+@functools.cache
+def get_op() -> Any:
+    """Define the op on first use."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op(OP_NAME, mutates_args=())
+    def cat_linear(
+        parts: list[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        lead = parts[0].shape[:-1]
+        flat = [p.reshape(-1, p.shape[-1]) for p in parts]
+        M, N, K = flat[0].shape[0], weight.shape[0], weight.shape[1]
+        y = flat[0].new_empty((M, N))
+        a = flat + [flat[0]] * (MAX_PARTS - len(flat))
+        ks = [p.shape[1] for p in flat] + [0] * (MAX_PARTS - len(flat))
+
+        def grid(meta: dict[str, Any]) -> tuple[int]:
+            return (
+                triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),
+            )
+
+        wrap_triton(cat_linear_kernel)[grid](
+            a[0], a[1], a[2], a[3],
+            a[0].stride(0), a[0].stride(1), a[1].stride(0), a[1].stride(1),
+            a[2].stride(0), a[2].stride(1), a[3].stride(0), a[3].stride(1),
+            ks[0], ks[1], ks[2], ks[3],
+            weight, weight.stride(0), weight.stride(1),
+            bias if bias is not None else weight, y, y.stride(0), y.stride(1),
+            M, N, K,
+            NUM_PARTS=len(flat), HAS_BIAS=bias is not None,
+        )  # fmt: skip
+        return y.reshape(*lead, N)
+
+    cat_linear.register_autograd(_backward, setup_context=_setup_context)
+    return torch.ops.cat_linear_fused.linear.default
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    parts, weight, bias = inputs
+    ctx.num_parts = len(parts)
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(*parts, weight)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    *parts, weight = ctx.saved_tensors
+    n = weight.shape[0]
+    g = grad.reshape(-1, n)
+    grad_parts: list[torch.Tensor | None] = []
+    grad_w_pieces = []
+    start = 0
+    # needs_input_grad follows the inputs' structure: a list of flags for the parts.
+    parts_need_grad = ctx.needs_input_grad[0]
+    for p, need in zip(parts, parts_need_grad):
+        k = p.shape[-1]
+        w_k = weight.narrow(1, start, k)
+        grad_parts.append((g @ w_k).reshape(p.shape) if need else None)
+        grad_w_pieces.append(g.t() @ p.reshape(-1, k))
+        start += k
+    grad_w = torch.cat(grad_w_pieces, 1) if ctx.needs_input_grad[1] else None
+    grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return grad_parts, grad_w, grad_b
