@@ -35,7 +35,7 @@ Needs our kernel (``cmake -G Ninja -S . -B build && cmake --build build``, or
 CPU kernel; the pure-PyTorch reference would be far too slow.
 
     python benchmarks/da8w4_concat_linear_cpu.py [--threads N] [--m 1 4 32 128 512]
-        [--rounds 15] [--groups qkv gate_up] [--with-clone]
+        [--rounds 15] [--round-s 0.25] [--groups qkv gate_up] [--with-clone]
 """
 
 import argparse
@@ -186,16 +186,21 @@ def linear_times(prof, counted):
     return steps
 
 
-def bench(fns, x, rounds, target_s=0.1):
+def bench(fns, x, rounds, target_s=0.25, warmup_s=0.5):
     """Interleaved rounds (order alternates); per round and variant: the mean
     wall time of one module call over ``iters`` calls, then the median over
-    ``iters`` profiled calls of the per-call linear time."""
-    for fn in fns.values():  # warm up
-        for _ in range(3):
-            fn(x)
+    ``iters`` profiled calls of the per-call linear time.  Each variant first
+    runs for about ``warmup_s`` (caches, page faults of the first output
+    buffers, OpenMP thread pool)."""
+    for fn in fns.values():
+        fn(x)
     t0 = time.perf_counter()
     next(iter(fns.values()))(x)
-    iters = max(3, int(target_s / max(time.perf_counter() - t0, 1e-6)))
+    step_s = max(time.perf_counter() - t0, 1e-6)
+    for fn in fns.values():  # warm up
+        for _ in range(max(3, int(warmup_s / step_s))):
+            fn(x)
+    iters = max(3, int(target_s / step_s))
     wall = {name: [] for name in fns}
     lin = {name: [] for name in fns}
     counted = {name: set() for name in fns}
@@ -244,6 +249,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", type=int, nargs="+", default=[1, 4, 32, 128, 512])
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument(
+        "--round-s", type=float, default=0.25,
+        help="seconds per variant per round (and per measurement kind)",
+    )
     p.add_argument("--groups", nargs="+", default=["qkv", "gate_up"])
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument(
@@ -265,7 +274,8 @@ def main(argv=None):
         f"# {torch.get_num_threads()} threads used, torch {torch.__version__}, {backend}"
     )
     print(
-        f"# {args.rounds} interleaved rounds; ms = median over rounds; "
+        f"# {args.rounds} interleaved rounds of ~{args.round_s}s per variant "
+        "(after ~0.5s warm-up each); ms = median over rounds; "
         "ratio = stock / variant per round: median [min, max]"
     )
     print(
@@ -300,7 +310,7 @@ def main(argv=None):
                     out = out if isinstance(out, tuple) else (out,)
                     r = ref if isinstance(ref, tuple) else (ref,)
                     assert all(torch.equal(a, b) for a, b in zip(r, out)), name
-                wall, lin, counted, iters = bench(fns, x, args.rounds)
+                wall, lin, counted, iters = bench(fns, x, args.rounds, args.round_s)
                 row = f"| {group} | {m} | {statistics.median(lin['stock']):.3f} |"
                 row += "".join(f" {statistics.median(lin[v]):.3f} |" for v in others)
                 for v in others:
