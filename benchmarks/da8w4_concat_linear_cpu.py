@@ -156,7 +156,10 @@ def compile_variant(mod, x, concat, clone):
     finally:
         pass_mod._always_clone_outputs = False
     fusions = counters["inductor"]["da8w4_concat_linear"]
-    assert fusions == (1 if concat else 0), f"expected fusion={concat}, got {fusions}"
+    # With the pass on it may still decline (split-output copies worth more
+    # than the saved calls): then "fused" runs the stock graph, and says so.
+    assert fusions <= (1 if concat else 0), f"expected fusion<={int(concat)}, got {fusions}"
+    fn.fusions = fusions
     return fn
 
 
@@ -326,6 +329,8 @@ def main(argv=None):
                 notes.append(
                     f"# {group} M={m}: {iters} steps/round; linear counted: "
                     + "; ".join(f"{v}: {' / '.join(sorted(counted[v]))}" for v in variants)
+                    + "; groups fused: "
+                    + ", ".join(f"{v}={fns[v].fusions}" for v in variants)
                 )
                 del fns
     print("# load average at end: %.2f %.2f %.2f" % os.getloadavg())

@@ -11,6 +11,7 @@ kernel in a test-local ``torch.library.Library``, so the pass is exercised in
 a plain PyTorch checkout too.
 """
 
+import logging
 import operator
 import unittest
 
@@ -329,6 +330,29 @@ class Da8w4ConcatLinearTest(TestCase):
         torch.manual_seed(0)
         mod = Da8w4Linears(64, [64, 32, 32], bias=bias, symmetric=symmetric).eval()
         self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_copy_cost_gate(self):
+        # Returned QKV outputs must be copied out of the fused buffer when M > 1.
+        # Small M: the copies are cheaper than the saved calls, fuse.  Large M:
+        # they cost more (measured: QKV M=512 3% slower fused), keep the calls.
+        from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
+
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [64, 32, 32]).eval()
+        self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
+        # 2 calls saved are worth 2 * SAVED_BYTES_PER_CALL; all three strided
+        # outputs (128 fp32 features per row) need copies: M just above that.
+        rows = 2 * pass_mod.SAVED_BYTES_PER_CALL // (128 * 4) + 1
+        with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
+            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+        self.assertIn("need", "\n".join(cm.output))
+        # The same M with consumers that read strided views: no copy, fuse.
+        class Pointwise(Da8w4Linears):
+            def forward(self, x):
+                return sum(y.sum(-1) for y in super().forward(x))
+
+        mod = Pointwise(64, [64, 32, 32]).eval()
+        self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
 
     def test_da8w4_concat_linear_decode_m1(self):
         # One token: the split outputs are contiguous views, returned as is.

@@ -290,21 +290,89 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
+# What one avoided call is worth, in bytes of output copy: about 10 us per call
+# saved (2 threads) at the ~12.6 GB/s a split-output clone runs at on the
+# measured CPU (benchmarks/README.md, "da8w4 concat-linear").
+SAVED_BYTES_PER_CALL = 128 * 1024
+
+
+def _size_hint(size: Any) -> int | None:
+    if isinstance(size, int):
+        return size
+    if isinstance(size, torch.SymInt):
+        hint = size.node.shape_env.size_hint(size.node.expr, allow_none=True)
+        return int(hint) if hint is not None and hint.is_number else None
+    return None
+
+
+def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
+    """Bytes the fused group would copy: split outputs that are strided views
+    and have a consumer that cannot read a strided view (graph outputs, say)
+    get one contiguous clone each.  None if copies are needed and M has no
+    size hint."""
+    act_val = linears[0].args["input"].meta["val"]
+    fake_mode = detect_fake_mode([act_val])
+    assert fake_mode is not None
+    dtype = linears[0].args["output_dtype"]
+    sizes = [lin.out_features for lin in linears]
+    with fake_mode:
+        fused = torch.empty(*act_val.shape[:-1], sum(sizes), dtype=dtype)
+        items = aten.split_with_sizes.default(fused, sizes, -1)
+    copied_features = sum(
+        lin.out_features
+        for lin, item in zip(linears, items)
+        if not item.is_contiguous()
+        and not all(
+            _view_accepts_strided(u, lin.node, item, fake_mode, 0) for u in lin.node.users
+        )
+    )
+    if copied_features == 0:
+        return 0
+    rows = 1
+    for d in act_val.shape[:-1]:
+        hint = _size_hint(d)
+        if hint is None:
+            return None
+        rows *= hint
+    return rows * copied_features * dtype.itemsize
+
+
 def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
     """Is it worth fusing this compatible group?
 
     One call instead of several reads the quantized activation once and
-    synchronizes the threads once. Measured on the Llama-3.1-8B shapes
-    (benchmarks/da8w4_concat_linear_cpu.py, 2-core AVX512-VNNI CPU) that is
-    worth 1.00-1.08x of linear time at small M and within noise elsewhere,
-    except QKV at M=512 (about 2% slower: the 12 MiB fused weight fits the L3
-    less well). M is usually dynamic, so there is no M gate: any group of two
-    or more is fused.
+    synchronizes the threads once: about 10 us per avoided call.  Fused and
+    separate calls read the same packed weight and do the same work, so that
+    is all fusion saves (benchmarks/README.md, "da8w4 concat-linear": up to
+    ~1.10x of linear time at M=1 when the weight stays in L3, ~1.0x when it
+    streams from DRAM).  What it can cost is the copy of split outputs that a
+    consumer needs contiguous (graph outputs, say): at QKV M=512 that copy made
+    the fused graph 3% slower.  So a group is fused unless those copies are
+    worth more than the calls it saves (``SAVED_BYTES_PER_CALL``), judged on
+    the size hint of M; a split whose outputs are read in place always pays.
     """
     if len(linears) < 2:
         log.debug(
             "skipping da8w4_concat_linear: %s has no compatible partner",
             linears[0].node,
+        )
+        return False
+    copy_bytes = _split_copy_bytes(linears)
+    budget = (len(linears) - 1) * SAVED_BYTES_PER_CALL
+    if copy_bytes is None:
+        log.debug(
+            "skipping da8w4_concat_linear: split outputs of %s need copies and M "
+            "has no size hint",
+            linears[0].node,
+        )
+        return False
+    if copy_bytes > budget:
+        log.debug(
+            "skipping da8w4_concat_linear: split outputs of %s need %d bytes of "
+            "copies, more than the %d bytes the saved calls are worth",
+            linears[0].node,
+            copy_bytes,
+            budget,
         )
         return False
     return True
