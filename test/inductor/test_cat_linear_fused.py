@@ -234,6 +234,57 @@ class CatLinearFusedTest(TestCase):
         self.assertIsNone(cat_linear_fused.can_cat_linear_fused(lin))
         self.assertEqual(cat_linear_fused.find_cat_linear_matches(graph), [])
 
+    @parametrize("producer,folded", [
+        ("relu", "relu"), ("relu_method", "relu"), ("sigmoid", "sigmoid"),
+        ("silu", "silu"), ("gelu", "gelu"), ("gelu_tanh", None),
+        ("relu_inplace", None), ("two_users", None), ("mutated_input", None),
+    ])  # fmt: skip
+    def test_cat_linear_fused_gemm_prologue_folding(self, producer, folded):
+        # Which producers the "gemm" form may apply inside its loads, on a
+        # hand-built pre-grad graph (device-independent logic).
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        graph = torch.fx.Graph()
+        with FakeTensorMode():
+            vals = {"a": torch.empty(4, 8), "b": torch.empty(4, 8), "w": torch.empty(16, 16)}
+
+            def node(target, args, kwargs=None, op="call_function"):
+                n = graph.create_node(op, target, tuple(args), kwargs or {})
+                vv = torch.fx.node.map_arg(tuple(args), lambda a: vals[a.name])
+                fn = getattr(torch.Tensor, target) if op == "call_method" else target
+                n.meta["example_value"] = vals[n.name] = fn(*vv, **(kwargs or {}))
+                return n
+
+            ph = {}
+            for name in vals.copy():
+                ph[name] = graph.placeholder(name)
+                ph[name].meta["example_value"] = vals[name]
+            a = ph["a"]
+            if producer == "relu_method":
+                p = node("relu", [a], op="call_method")
+            elif producer in ("gelu", "gelu_tanh"):
+                approx = "none" if producer == "gelu" else "tanh"
+                p = node(F.gelu, [a], {"approximate": approx})
+            elif producer == "relu_inplace":
+                p = node(F.relu, [a], {"inplace": True})
+            else:
+                target = {"sigmoid": torch.sigmoid, "silu": F.silu}.get(producer, torch.relu)
+                p = node(target, [a])
+            if producer == "mutated_input":  # between producer and cat
+                node("add_", [a, 1.0], op="call_method")
+            cat = node(torch.cat, [[p, ph["b"]], -1])
+            lin = node(F.linear, [cat, ph["w"]])
+            outs = [lin, p] if producer == "two_users" else [lin]
+            graph.output(tuple(outs))
+        match = cat_linear_fused.can_cat_linear_fused(lin)
+        self.assertIsNotNone(match)
+        folds = match.gemm_prologues()
+        self.assertEqual(folds[1], None)
+        if folded is None:
+            self.assertIsNone(folds[0])
+        else:
+            self.assertEqual(folds[0], (folded, a))
+
     def test_cat_linear_fused_skip_is_logged(self):
         def fn(a, b, w):
             return F.linear(torch.cat([a, b], dim=0), w)
@@ -398,6 +449,22 @@ class CatLinearFusedTest(TestCase):
         args = make_inputs((128,), (64, 64), 64, dtype=torch.float16, device="cuda", grad=False)
         with torch.no_grad():
             self.common(relu_cat_linear, args, 1, force="gemm", backward=False)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    @parametrize("producer", ["relu", "sigmoid", "silu", "gelu"])
+    def test_cat_linear_fused_cuda_gemm_prologue(self, producer):
+        # Forward only: the pointwise producer runs inside the GEMM's loads, so
+        # no kernel writes its output; numbers match eager.
+        act = {"relu": torch.relu, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu}[producer]
+
+        def fn(a, b, w, bias):
+            return F.linear(torch.cat([act(a), b], -1), w, bias)
+
+        args = make_inputs((300,), (64, 40), 48, dtype=torch.bfloat16, device="cuda", grad=False)
+        with torch.no_grad():
+            code = self.common(fn, args, 1, force="gemm", backward=False)[0]
+        FileCheck().check("cat_linear_kernel").run(code)
+        FileCheck().check_not("triton_poi").run(code)
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     def test_cat_linear_fused_cuda_gemm_not_available(self):

@@ -149,6 +149,36 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
         return False
 
 
+def _foldable_prologue(node: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
+    """``(name, input)`` if ``node`` is a unary pointwise op the ``"gemm"`` form
+    can apply while loading its piece (``cat_linear_fused_gemm.PROLOGUES``):
+    out-of-place, one tensor input of the same shape, dtype and device, no
+    other user than the cat."""
+    if node.op not in ("call_function", "call_method") or len(node.users) != 1:
+        return None
+    target, args, kwargs = node.target, node.args, dict(node.kwargs)
+    if target in (torch.relu, F.relu, "relu"):
+        name = "relu"
+    elif target in (torch.sigmoid, "sigmoid"):
+        name = "sigmoid"
+    elif target is F.silu:
+        name = "silu"
+    elif target is F.gelu and kwargs.pop("approximate", "none") == "none":
+        name = "gelu"
+    else:
+        return None
+    if target in (F.relu, F.silu) and (kwargs.pop("inplace", False) or len(args) > 1):
+        return None
+    if len(args) != 1 or kwargs or not isinstance(args[0], torch.fx.Node):
+        return None
+    inp, out = _val(args[0]), _val(node)
+    if inp is None or out is None:
+        return None
+    if (inp.shape, inp.dtype, inp.device) != (out.shape, out.dtype, out.device):
+        return None
+    return name, args[0]
+
+
 @dataclass
 class CatLinearMatch:
     """``linear(cat(parts, -1), weight, bias)``; owns its rewrite."""
@@ -159,6 +189,8 @@ class CatLinearMatch:
     weight: torch.fx.Node
     bias: torch.fx.Node | None
     widths: list[int] = field(default_factory=list)
+    # Producers the "gemm" rewrite folded into its loads (erased once unused).
+    _folded: list[torch.fx.Node] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         assert len(self.parts) >= 2 and len(self.parts) == len(self.widths)
@@ -184,6 +216,28 @@ class CatLinearMatch:
     @property
     def fused_producers(self) -> list[bool]:
         return [_is_fused_producer(p) for p in self.parts]
+
+    def gemm_prologues(self) -> list[tuple[str, torch.fx.Node] | None]:
+        """Per part, the producer the ``"gemm"`` form folds into its loads.
+
+        Forward-only sites only (the folded op has no backward), and only when
+        nothing between the producer and the linear may write to its input:
+        the kernel reads that input where the linear was.
+        """
+        if self.needs_grad:
+            return [None] * len(self.parts)
+        folds = []
+        for part in self.parts:
+            fold = _foldable_prologue(part)
+            if fold is not None:
+                node = part.next
+                while node is not self.linear:
+                    if _is_possible_mutation(node):
+                        fold = None
+                        break
+                    node = node.next
+            folds.append(fold)
+        return folds
 
     def available_forms(self) -> tuple[str, ...]:
         """The forms this site can take (``"gemm"`` needs CUDA, Triton, fp16/bf16)."""
@@ -214,6 +268,9 @@ class CatLinearMatch:
         graph.erase_node(self.linear)
         if not self.cat.users:
             graph.erase_node(self.cat)
+        for part in self._folded:
+            if not part.users:
+                graph.erase_node(part)
         return out
 
     def _call(self, graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
@@ -240,12 +297,21 @@ class CatLinearMatch:
         return acc
 
     def _rewrite_gemm(self, graph: torch.fx.Graph) -> torch.fx.Node:
-        from .cat_linear_fused_gemm import get_op
+        from .cat_linear_fused_gemm import get_op, PROLOGUES
 
         op = get_op()
-        node = graph.call_function(op, (list(self.parts), self.weight, self.bias))
+        pieces, codes = [], []
+        for part, fold in zip(self.parts, self.gemm_prologues()):
+            if fold is None:
+                pieces.append(part)
+                codes.append(0)
+            else:
+                pieces.append(fold[1])
+                codes.append(PROLOGUES[fold[0]])
+                self._folded.append(part)
+        node = graph.call_function(op, (pieces, self.weight, self.bias, codes))
         node.meta["example_value"] = op(
-            [_val(p) for p in self.parts], _val(self.weight), _val(self.bias)
+            [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes
         )
         if "stack_trace" in self.linear.meta:
             node.meta["stack_trace"] = self.linear.meta["stack_trace"]

@@ -63,6 +63,8 @@ class BenchSpec:
     weight: tuple[tuple[int, ...], tuple[int, ...], bool]
     bias: tuple[int, bool] | None
     fused_producers: tuple[bool, ...]
+    # Per part, the prologue code the "gemm" form would fold (0: none).
+    prologues: tuple[int, ...]
     dtype: torch.dtype
     device: str
     backward: bool
@@ -92,6 +94,7 @@ class BenchSpec:
             weight=weight,  # type: ignore[arg-type]
             bias=bias,
             fused_producers=tuple(match.fused_producers),
+            prologues=_prologue_codes(match),
             dtype=w_val.dtype,
             device=str(w_val.device),
             backward=match.needs_grad,
@@ -105,7 +108,17 @@ class BenchSpec:
             else dev.type
         )
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        return f"cat_linear_fused|v2|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+        return f"cat_linear_fused|v3|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+
+
+def _prologue_codes(match: CatLinearMatch) -> tuple[int, ...]:
+    if "gemm" not in match.available_forms():
+        return (0,) * len(match.parts)
+    from .cat_linear_fused_gemm import PROLOGUES
+
+    return tuple(
+        0 if fold is None else PROLOGUES[fold[0]] for fold in match.gemm_prologues()
+    )
 
 
 def get_cat_linear_cache() -> LocalCache:
@@ -193,7 +206,12 @@ def make_form_fns(
     def gemm():
         from .cat_linear_fused_gemm import get_op
 
-        return get_op()(pieces(), w, b)
+        # A folded producer runs inside the kernel: its piece is the producer's
+        # input, read as is; other pointwise producers still need their kernel.
+        gemm_pieces = [
+            p if code else q for p, q, code in zip(parts, pieces(), spec.prologues)
+        ]
+        return get_op()(gemm_pieces, w, b, list(spec.prologues))
 
     fns = {"stock": stock, "view": view, "addmm": addmm, "gemm": gemm}
     assert set(FORMS) <= set(fns)

@@ -8,6 +8,14 @@ piece's own pointer and strides and the matching W columns, and accumulates all
 of them in one fp32 register tile, so there is no cat buffer, no partial output
 per piece and one epilogue (bias, cast, store).
 
+A piece may carry a unary pointwise prologue (``PROLOGUES``: relu, sigmoid,
+silu, gelu), applied to each A tile as it is loaded, in fp32 and rounded back to
+the piece's dtype as the eager op would.  Stock Inductor fuses such producers
+into the kernel that writes the cat buffer; without a cat they would otherwise
+each need a kernel of their own, which costs more than the cat saved.  Only the
+forward is folded: the op's backward refuses prologues, and the pass folds
+producers at forward-only sites alone.
+
 It is a ``torch.library.triton_op``, so Inductor traces into it and emits the
 kernel in its own generated code.  Its backward is ordinary ATen (per-piece
 GEMMs against weight-column views for the input gradients, one GEMM per piece
@@ -33,6 +41,9 @@ from torch.utils._triton import has_triton
 MAX_PARTS = 4
 OP_NAME = "cat_linear_fused::linear"
 _DTYPES = (torch.float16, torch.bfloat16)
+
+# Prologue codes (the op's ``prologues`` argument, one per piece); 0 is none.
+PROLOGUES = {"relu": 1, "sigmoid": 2, "silu": 3, "gelu": 4}
 
 
 def gemm_form_available(device: torch.device, dtype: torch.dtype, num_parts: int) -> bool:
@@ -63,14 +74,32 @@ if importlib.util.find_spec("triton") is not None:
     ]  # fmt: skip
 
     @triton.jit
+    def _prologue(a, PROLOGUE: tl.constexpr):
+        # In fp32, rounded back to the piece's dtype: what the eager op returns.
+        if PROLOGUE == 0:
+            return a
+        x = a.to(tl.float32)
+        if PROLOGUE == 1:
+            x = tl.maximum(x, 0.0)
+        elif PROLOGUE == 2:
+            x = tl.sigmoid(x)
+        elif PROLOGUE == 3:
+            x = x * tl.sigmoid(x)
+        else:
+            x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        return x.to(a.dtype)
+
+    @triton.jit
     def _accumulate_piece(acc, a_ptr, stride_am, stride_ak, k_size, k_start, w_ptr, stride_wn,
-               stride_wk, rm, rn, BLOCK_K: tl.constexpr):  # fmt: skip
+               stride_wk, rm, rn, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr):  # fmt: skip
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
         w_ptrs = w_ptr + rn[None, :] * stride_wn + (k_start + rk)[:, None] * stride_wk
         for k in range(0, tl.cdiv(k_size, BLOCK_K)):
             k_left = k_size - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            # Masked K columns may become nonzero in the prologue (sigmoid(0));
+            # the W rows they meet are masked to zero.
+            a = _prologue(tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0), PROLOGUE)
             w = tl.load(w_ptrs, mask=rk[:, None] < k_left, other=0.0)
             acc = tl.dot(a, w, acc)
             a_ptrs += BLOCK_K * stride_ak
@@ -87,6 +116,7 @@ if importlib.util.find_spec("triton") is not None:
         w_ptr, stride_wn, stride_wk, b_ptr, y_ptr, stride_ym, stride_yn,
         M, N, K,
         NUM_PARTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+        PRO0: tl.constexpr, PRO1: tl.constexpr, PRO2: tl.constexpr, PRO3: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr,
     ):  # fmt: skip
@@ -107,16 +137,16 @@ if importlib.util.find_spec("triton") is not None:
         rm = offs_m % M
         rn = offs_n % N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn, stride_wk,
-                     rm, rn, BLOCK_K)  # fmt: skip
-        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn, stride_wk,
-                     rm, rn, BLOCK_K)  # fmt: skip
+        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn,
+                                stride_wk, rm, rn, BLOCK_K, PRO0)  # fmt: skip
+        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn,
+                                stride_wk, rm, rn, BLOCK_K, PRO1)  # fmt: skip
         if NUM_PARTS > 2:
-            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr, stride_wn,
-                         stride_wk, rm, rn, BLOCK_K)  # fmt: skip
+            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr,
+                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO2)  # fmt: skip
         if NUM_PARTS > 3:
             acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2, w_ptr,
-                         stride_wn, stride_wk, rm, rn, BLOCK_K)  # fmt: skip
+                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO3)  # fmt: skip
         if HAS_BIAS:
             bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)
             acc += bias.to(tl.float32)[None, :]
@@ -133,9 +163,13 @@ def get_op() -> Any:
 
     @triton_op(OP_NAME, mutates_args=())
     def cat_linear(
-        parts: list[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor | None
+        parts: list[torch.Tensor],
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        prologues: list[int],
     ) -> torch.Tensor:
         lead = parts[0].shape[:-1]
+        pro = list(prologues) + [0] * (MAX_PARTS - len(prologues))
         flat = [p.reshape(-1, p.shape[-1]) for p in parts]
         M, N, K = flat[0].shape[0], weight.shape[0], weight.shape[1]
         y = flat[0].new_empty((M, N))
@@ -156,6 +190,7 @@ def get_op() -> Any:
             bias if bias is not None else weight, y, y.stride(0), y.stride(1),
             M, N, K,
             NUM_PARTS=len(flat), HAS_BIAS=bias is not None,
+            PRO0=pro[0], PRO1=pro[1], PRO2=pro[2], PRO3=pro[3],
         )  # fmt: skip
         return y.reshape(*lead, N)
 
@@ -164,13 +199,19 @@ def get_op() -> Any:
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    parts, weight, bias = inputs
+    parts, weight, bias, prologues = inputs
+    ctx.prologues = list(prologues)
     ctx.num_parts = len(parts)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(*parts, weight)
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    if any(ctx.prologues):
+        raise RuntimeError(
+            f"{OP_NAME} has no backward with fused prologues {ctx.prologues}: "
+            "cat_linear_fused folds producers only at forward-only sites"
+        )
     *parts, weight = ctx.saved_tensors
     n = weight.shape[0]
     g = grad.reshape(-1, n)
@@ -187,4 +228,4 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         start += k
     grad_w = torch.cat(grad_w_pieces, 1) if ctx.needs_input_grad[1] else None
     grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return grad_parts, grad_w, grad_b
+    return grad_parts, grad_w, grad_b, None
