@@ -173,11 +173,15 @@ def make_form_fns(
         # Forward: one kernel writes the cat (producers fused in), then the GEMM.
         return F.linear(torch.cat(parts, -1), w, b)
 
-    def pieces():
+    def pieces(folded: tuple[int, ...] = (0,) * len(parts)):
         if spec.backward:
             return parts
-        # Without a cat to fuse into, each pointwise producer is its own kernel.
-        return [p.clone() if fused else p for p, fused in zip(parts, spec.fused_producers)]
+        # Without a cat to fuse into, each pointwise producer is its own kernel,
+        # unless the form applies it while loading (``folded``).
+        return [
+            p.clone() if fused and not fold else p
+            for p, fused, fold in zip(parts, spec.fused_producers, folded)
+        ]
 
     def w_slices():
         out, start = [], 0
@@ -208,10 +212,7 @@ def make_form_fns(
 
         # A folded producer runs inside the kernel: its piece is the producer's
         # input, read as is; other pointwise producers still need their kernel.
-        gemm_pieces = [
-            p if code else q for p, q, code in zip(parts, pieces(), spec.prologues)
-        ]
-        return get_op()(gemm_pieces, w, b, list(spec.prologues))
+        return get_op()(pieces(spec.prologues), w, b, list(spec.prologues))
 
     fns = {"stock": stock, "view": view, "addmm": addmm, "gemm": gemm}
     assert set(FORMS) <= set(fns)
