@@ -6,7 +6,12 @@ With ``Int8DynamicActivationInt4WeightConfig`` a transformer layer quantizes
 its activation once (after freezing's CSE) and then calls
 ``torchao::da8w4_linear_cpu`` several times on it: Q, K and V; gate and up.
 Every call re-reads the quantized activation and synchronizes its threads, so
-one call on weights concatenated along N followed by a split is faster.
+one call on weights concatenated along N followed by a split saves that per-call
+cost (about 10 us a call with 2 threads).  Fused and separate calls read the
+same packed bytes and do the same work, so the gain is large only where a step
+is short (QKV at M=1 with the weight in L3: 1.1-1.3x of linear time on a
+2-core AVX512-VNNI CPU) and about 1.0x where the weight streams from DRAM
+(gate/up: the per-call cost is ~0.5% of the step).
 
 This pass rewrites::
 
@@ -43,6 +48,10 @@ Decisions:
   reading the same storage) is an ATen op whose meaning does not depend on the
   layout of its input; graph outputs, custom ops and ``as_strided``-like ops
   get one contiguous ``clone`` instead.
+* A compatible group is declined when the contiguous copies its split outputs
+  would need cost more than the calls it saves (``SAVED_BYTES_PER_CALL`` per
+  saved call, on the size hint of M): QKV returned as graph outputs fuses at
+  M=1 (no copy) and M=4, not at M >= 32; gate/up read in place always fuses.
 * The old constants are removed from the graph module once nothing uses them,
   so the frozen module does not keep the unfused copies alive next to the
   concatenated ones.
@@ -343,11 +352,11 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
     One call instead of several reads the quantized activation once and
     synchronizes the threads once: about 10 us per avoided call.  Fused and
     separate calls read the same packed weight and do the same work, so that
-    is all fusion saves (benchmarks/README.md, "da8w4 concat-linear": up to
-    ~1.10x of linear time at M=1 when the weight stays in L3, ~1.0x when it
-    streams from DRAM).  What it can cost is the copy of split outputs that a
-    consumer needs contiguous (graph outputs, say): at QKV M=512 that copy made
-    the fused graph 3% slower.  So a group is fused unless those copies are
+    is all fusion saves (benchmarks/README.md, "da8w4 concat-linear": 1.1-1.3x
+    of linear time for QKV at M=1 with the weight in L3, ~1.0x for gate/up,
+    whose weight streams from DRAM).  What it can cost is the copy of split
+    outputs that a consumer needs contiguous (graph outputs, say): at QKV M=512
+    that copy made the fused graph ~3% slower.  So a group is fused unless those copies are
     worth more than the calls it saves (``SAVED_BYTES_PER_CALL``), judged on
     the size hint of M; a split whose outputs are read in place always pays.
     """
