@@ -90,54 +90,6 @@ if importlib.util.find_spec("triton") is not None:
         return x.to(a.dtype)
 
     @triton.jit
-    def _prologue_by_code(a, code, PRO0: tl.constexpr, PRO1: tl.constexpr,
-                          PRO2: tl.constexpr, PRO3: tl.constexpr):  # fmt: skip
-        # The piece's prologue chosen at run time (``code``); only the kinds some
-        # piece uses are computed.
-        if PRO0 == 0 and PRO1 == 0 and PRO2 == 0 and PRO3 == 0:
-            return a
-        x = a.to(tl.float32)
-        y = x
-        if PRO0 == 1 or PRO1 == 1 or PRO2 == 1 or PRO3 == 1:
-            y = tl.where(code == 1, tl.maximum(x, 0.0), y)
-        if PRO0 == 2 or PRO1 == 2 or PRO2 == 2 or PRO3 == 2:
-            y = tl.where(code == 2, tl.sigmoid(x), y)
-        if PRO0 == 3 or PRO1 == 3 or PRO2 == 3 or PRO3 == 3:
-            y = tl.where(code == 3, x * tl.sigmoid(x), y)
-        if PRO0 == 4 or PRO1 == 4 or PRO2 == 4 or PRO3 == 4:
-            y = tl.where(code == 4, 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476)), y)
-        return y.to(a.dtype)
-
-    @triton.jit
-    def _accumulate_aligned(acc, a0, a1, a2, a3, s0m, s0k, s1m, s1k, s2m, s2k, s3m, s3k,
-                            k0, k1, k2, K, w_ptr, stride_wn, stride_wk, rm, rn,
-                            BLOCK_K: tl.constexpr, PRO0: tl.constexpr, PRO1: tl.constexpr,
-                            PRO2: tl.constexpr, PRO3: tl.constexpr):  # fmt: skip
-        # Every piece is a whole number of K tiles: one loop over all of them,
-        # so the pipeliner prefetches across piece boundaries (with short pieces
-        # one loop per piece leaves each piece's first load exposed).
-        rk = tl.arange(0, BLOCK_K)
-        k01 = k0 + k1
-        k012 = k01 + k2
-        for t in range(0, K // BLOCK_K):
-            kk = t * BLOCK_K
-            # The piece this tile lies in, as selects (pieces may differ in strides).
-            in1 = kk >= k0
-            in2 = kk >= k01
-            in3 = kk >= k012
-            a_base = tl.where(in1, a1 + (kk - k0) * s1k, a0 + kk * s0k)
-            a_base = tl.where(in2, a2 + (kk - k01) * s2k, a_base)
-            a_base = tl.where(in3, a3 + (kk - k012) * s3k, a_base)
-            sm = tl.where(in3, s3m, tl.where(in2, s2m, tl.where(in1, s1m, s0m)))
-            sk = tl.where(in3, s3k, tl.where(in2, s2k, tl.where(in1, s1k, s0k)))
-            code = tl.where(in3, PRO3, tl.where(in2, PRO2, tl.where(in1, PRO1, PRO0)))
-            a = tl.load(a_base + rm[:, None] * sm + rk[None, :] * sk)
-            a = _prologue_by_code(a, code, PRO0, PRO1, PRO2, PRO3)
-            w = tl.load(w_ptr + rn[None, :] * stride_wn + (kk + rk)[:, None] * stride_wk)
-            acc = tl.dot(a, w, acc)
-        return acc
-
-    @triton.jit
     def _accumulate_piece(acc, a_ptr, stride_am, stride_ak, k_size, k_start, w_ptr, stride_wn,
                stride_wk, rm, rn, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr):  # fmt: skip
         rk = tl.arange(0, BLOCK_K)
@@ -152,26 +104,6 @@ if importlib.util.find_spec("triton") is not None:
             acc = tl.dot(a, w, acc)
             a_ptrs += BLOCK_K * stride_ak
             w_ptrs += BLOCK_K * stride_wk
-        return acc
-
-    @triton.jit
-    def _accumulate_pieces(acc, a0, a1, a2, a3, stride_a0m, stride_a0k, stride_a1m,
-                           stride_a1k, stride_a2m, stride_a2k, stride_a3m, stride_a3k,
-                           k0, k1, k2, k3, w_ptr, stride_wn, stride_wk, rm, rn,
-                           BLOCK_K: tl.constexpr, NUM_PARTS: tl.constexpr,
-                           PRO0: tl.constexpr, PRO1: tl.constexpr, PRO2: tl.constexpr,
-                           PRO3: tl.constexpr):  # fmt: skip
-        # General case: one masked K loop per piece.
-        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn,
-                                stride_wk, rm, rn, BLOCK_K, PRO0)  # fmt: skip
-        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn,
-                                stride_wk, rm, rn, BLOCK_K, PRO1)  # fmt: skip
-        if NUM_PARTS > 2:
-            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr,
-                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO2)  # fmt: skip
-        if NUM_PARTS > 3:
-            acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2, w_ptr,
-                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO3)  # fmt: skip
         return acc
 
     @triton.autotune(configs=_CONFIGS, key=["M", "N", "K"])
@@ -205,21 +137,16 @@ if importlib.util.find_spec("triton") is not None:
         rm = offs_m % M
         rn = offs_n % N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        aligned = (k0 % BLOCK_K == 0) & (k1 % BLOCK_K == 0) & (k2 % BLOCK_K == 0) & (
-            k3 % BLOCK_K == 0
-        )
-        if aligned:
-            acc = _accumulate_aligned(acc, a0, a1, a2, a3, stride_a0m, stride_a0k,
-                                      stride_a1m, stride_a1k, stride_a2m, stride_a2k,
-                                      stride_a3m, stride_a3k, k0, k1, k2, K, w_ptr,
-                                      stride_wn, stride_wk, rm, rn, BLOCK_K,
-                                      PRO0, PRO1, PRO2, PRO3)  # fmt: skip
-        else:
-            acc = _accumulate_pieces(acc, a0, a1, a2, a3, stride_a0m, stride_a0k,
-                                     stride_a1m, stride_a1k, stride_a2m, stride_a2k,
-                                     stride_a3m, stride_a3k, k0, k1, k2, k3, w_ptr,
-                                     stride_wn, stride_wk, rm, rn, BLOCK_K, NUM_PARTS,
-                                     PRO0, PRO1, PRO2, PRO3)  # fmt: skip
+        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn,
+                                stride_wk, rm, rn, BLOCK_K, PRO0)  # fmt: skip
+        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn,
+                                stride_wk, rm, rn, BLOCK_K, PRO1)  # fmt: skip
+        if NUM_PARTS > 2:
+            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr,
+                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO2)  # fmt: skip
+        if NUM_PARTS > 3:
+            acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2, w_ptr,
+                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO3)  # fmt: skip
         if HAS_BIAS:
             bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)
             acc += bias.to(tl.float32)[None, :]
