@@ -113,6 +113,19 @@ def _is_possible_mutation(node: torch.fx.Node) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
+def _first_possible_mutation(
+    start: torch.fx.Node, end: torch.fx.Node
+) -> torch.fx.Node | None:
+    """The first node from ``start`` up to (not including) ``end`` that could
+    write to an existing tensor, or None."""
+    node = start
+    while node is not end:
+        if _is_possible_mutation(node):
+            return node
+        node = node.next
+    return None
+
+
 def _passes_inplace_positionally(target: Any, args: tuple[Any, ...]) -> bool:
     """``F.relu(x, True)``, ``F.dropout(x, 0.1, True, True)``, ..."""
     if not callable(target):
@@ -229,13 +242,8 @@ class CatLinearMatch:
         folds = []
         for part in self.parts:
             fold = _foldable_prologue(part)
-            if fold is not None:
-                node = part.next
-                while node is not self.linear:
-                    if _is_possible_mutation(node):
-                        fold = None
-                        break
-                    node = node.next
+            if fold is not None and _first_possible_mutation(part.next, self.linear):
+                fold = None
             folds.append(fold)
         return folds
 
@@ -438,12 +446,10 @@ def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
 
     # Pre-grad IR is not functional: the per-piece GEMMs read the parts (and
     # weight) where the linear was, so nothing in between may write to them.
-    node = cat.next
-    while node is not linear:
-        if _is_possible_mutation(node):
-            _skip("possible mutation %s between cat and linear at %s", node, linear)
-            return None
-        node = node.next
+    mutation = _first_possible_mutation(cat.next, linear)
+    if mutation is not None:
+        _skip("possible mutation %s between cat and linear at %s", mutation, linear)
+        return None
 
     return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
 

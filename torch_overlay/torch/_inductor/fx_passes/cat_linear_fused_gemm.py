@@ -201,7 +201,6 @@ def get_op() -> Any:
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     parts, weight, bias, prologues = inputs
     ctx.prologues = list(prologues)
-    ctx.num_parts = len(parts)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(*parts, weight)
 
