@@ -330,10 +330,7 @@ def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
     copied_features = sum(
         lin.out_features
         for lin, item in zip(linears, items)
-        if not item.is_contiguous()
-        and not all(
-            _view_accepts_strided(u, lin.node, item, fake_mode, 0) for u in lin.node.users
-        )
+        if not all(_reads_split_in_place(u, lin.node, item, fake_mode) for u in lin.node.users)
     )
     if copied_features == 0:
         return 0
@@ -385,6 +382,14 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
         )
         return False
     return True
+
+
+def _reads_split_in_place(
+    user: torch.fx.Node, old: torch.fx.Node, item: Any, fake_mode: Any
+) -> bool:
+    """Can ``user`` of the unfused output ``old`` read the split output ``item``
+    as is, or does it need a contiguous copy?"""
+    return item.is_contiguous() or _view_accepts_strided(user, old, item, fake_mode, 0)
 
 
 def _view_accepts_strided(
@@ -526,11 +531,8 @@ class Da8w4ConcatLinearMatch:
                 item.meta["val"] = split_val[i]
                 contiguous: torch.fx.Node | None = None
                 for user in list(lin.node.users):
-                    if not _always_clone_outputs and (
-                        split_val[i].is_contiguous()
-                        or _view_accepts_strided(
-                            user, lin.node, split_val[i], fake_mode, 0
-                        )
+                    if not _always_clone_outputs and _reads_split_in_place(
+                        user, lin.node, split_val[i], fake_mode
                     ):
                         user.replace_input_with(lin.node, item)
                         continue
