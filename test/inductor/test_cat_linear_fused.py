@@ -428,7 +428,7 @@ class CatLinearFusedTest(TestCase):
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     @parametrize("dtype", [torch.float16, torch.bfloat16])
-    @parametrize("widths", [(64, 64), (32, 96, 40), (16, 48, 64, 8)])
+    @parametrize("widths", [(64, 64), (64, 128, 64), (32, 96, 40), (16, 48, 64, 8)])
     def test_cat_linear_fused_cuda_gemm_parity(self, dtype, widths):
         # 2-D and 3-D, bias or none, odd widths (K tails), forward and backward;
         # one Triton kernel reads the pieces in place, no cat kernel.
@@ -465,6 +465,48 @@ class CatLinearFusedTest(TestCase):
             code = self.common(fn, args, 1, force="gemm", backward=False)[0]
         FileCheck().check("cat_linear_kernel").run(code)
         FileCheck().check_not("triton_poi").run(code)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    @parametrize("producer", ["none", "relu", "gelu"])
+    def test_cat_linear_fused_cuda_gemm_kernel_layouts(self, producer):
+        # Every autotuning config in both K-loop layouts, launched directly: the
+        # autotuner runs only one of them per shape, so parity through the pass
+        # alone would leave the others untested.  Widths that are whole K tiles
+        # allow the single loop; a K tail forces the per-piece loops.
+        import triton
+
+        mod = cat_linear_fused_gemm
+        code = {"none": 0, **mod.PROLOGUES}[producer]
+        act = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu}[producer]
+        for widths in ((64, 128, 64, 64), (64, 64), (64, 40)):
+            parts = [torch.randn(200, k, device="cuda", dtype=torch.bfloat16) for k in widths]
+            w = torch.randn(96, sum(widths), device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(96, device="cuda", dtype=torch.bfloat16)
+            ref = F.linear(torch.cat([act(p) for p in parts], -1).float(), w.float(), b.float())
+            a = parts + [parts[0]] * (mod.MAX_PARTS - len(parts))
+            ks = [p.shape[1] for p in parts] + [0] * (mod.MAX_PARTS - len(parts))
+            pro = [code] * len(parts) + [0] * (mod.MAX_PARTS - len(parts))
+            aligned = all(k % mod._BLOCK_K == 0 for k in widths)
+            for cfg in mod._CONFIGS:
+                y = torch.full((200, 96), float("nan"), device="cuda", dtype=torch.bfloat16)
+                meta = cfg.all_kwargs()
+                grid = (triton.cdiv(200, meta["BLOCK_M"]) * triton.cdiv(96, meta["BLOCK_N"]),)
+                mod.cat_linear_kernel.fn[grid](
+                    a[0], a[1], a[2], a[3],
+                    a[0].stride(0), 1, a[1].stride(0), 1, a[2].stride(0), 1, a[3].stride(0), 1,
+                    *ks, w, w.stride(0), 1, b, y, y.stride(0), 1, 200, 96, sum(widths),
+                    NUM_PARTS=len(parts), HAS_BIAS=True, ONE_LOOP_OK=aligned,
+                    PRO0=pro[0], PRO1=pro[1], PRO2=pro[2], PRO3=pro[3], **meta,
+                )  # fmt: skip
+                self.assertEqual(y.float(), ref, atol=0.1, rtol=0.02, msg=f"{widths} {cfg}")
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    def test_cat_linear_fused_cuda_gemm_relu_keeps_nan(self):
+        # The folded relu propagates NaN like torch.relu (a plain max would not).
+        args = make_inputs((128,), (64, 64), 32, dtype=torch.bfloat16, device="cuda", grad=False)
+        args[0][5, 3] = float("nan")
+        with torch.no_grad():
+            self.common(relu_cat_linear, args, 1, force="gemm", backward=False)
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     def test_cat_linear_fused_cuda_gemm_not_available(self):

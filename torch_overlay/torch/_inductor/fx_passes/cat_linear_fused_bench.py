@@ -108,7 +108,7 @@ class BenchSpec:
             else dev.type
         )
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        return f"cat_linear_fused|v3|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+        return f"cat_linear_fused|v4|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
 
 
 def _prologue_codes(match: CatLinearMatch) -> tuple[int, ...]:

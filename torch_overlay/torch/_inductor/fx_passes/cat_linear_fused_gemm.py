@@ -3,10 +3,14 @@ The ``"gemm"`` form of ``cat_linear_fused``: one Triton GEMM that reads every
 piece of the concatenated activation where it already lives.
 
 ``linear(cat([x0, x1, ...], -1), W, b)`` is one GEMM whose A operand is split
-along K.  This kernel walks the K loop piece by piece, loading A tiles from each
-piece's own pointer and strides and the matching W columns, and accumulates all
-of them in one fp32 register tile, so there is no cat buffer, no partial output
-per piece and one epilogue (bias, cast, store).
+along K.  This kernel loads A tiles from each piece's own pointer and strides
+and the matching W columns, and accumulates all of them in one fp32 register
+tile, so there is no cat buffer, no partial output per piece and one epilogue
+(bias, cast, store).  The K loop has two layouts, an autotuning choice: one
+loop over every K tile, pipelined across piece boundaries (short pieces; only
+where every piece is whole unmasked K tiles, see ``ONE_LOOP_OK``), or one loop
+per piece (long pieces, and any site).
+
 
 A piece may carry a unary pointwise prologue (``PROLOGUES``: relu, sigmoid,
 silu, gelu), applied to each A tile as it is loaded, in fp32 and rounded back to
@@ -45,6 +49,9 @@ _DTYPES = (torch.float16, torch.bfloat16)
 # Prologue codes (the op's ``prologues`` argument, one per piece); 0 is none.
 PROLOGUES = {"relu": 1, "sigmoid": 2, "silu": 3, "gelu": 4}
 
+# Every config's K tile: a piece whose width is a multiple of it needs no K mask.
+_BLOCK_K = 64
+
 
 def gemm_form_available(device: torch.device, dtype: torch.dtype, num_parts: int) -> bool:
     return (
@@ -61,16 +68,20 @@ if importlib.util.find_spec("triton") is not None:
     import triton
     import triton.language as tl
 
+    # ONE_LOOP picks the K-loop layout: one pipelined loop over every K tile
+    # with 128x128 tiles, or one loop per piece with 128x256 tiles.  On an H100
+    # (benchmarks/cat_linear_fused_kernel_gpu.py, eight tile configs per layout)
+    # pieces of 64-128 were fastest with the first and pieces of 1024-4096 with
+    # the second.  Only configs that won somewhere are kept: with more, the
+    # autotuner has more ways to be wrong, and once, at 8192x(1024+1024)->1024
+    # with relu, a compiled run ran at the speed of two dropped configs (87 us)
+    # instead of the best (64 us).  Where a site does not allow one loop
+    # (``ONE_LOOP_OK``), every config runs per piece.
     _CONFIGS = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                      num_stages=s, num_warps=w)
-        for bm, bn, bk, s, w in (
-            (128, 128, 64, 3, 8),
-            (128, 256, 64, 3, 8),
-            (64, 128, 64, 4, 4),
-            (128, 64, 64, 4, 4),
-            (64, 64, 64, 4, 4),
-        )
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": _BLOCK_K, "GROUP_M": 8,
+                       "ONE_LOOP": one},
+                      num_stages=s, num_warps=8)
+        for one, bn, s in ((True, 128, 3), (False, 256, 3), (False, 256, 4))
     ]  # fmt: skip
 
     @triton.jit
@@ -78,10 +89,11 @@ if importlib.util.find_spec("triton") is not None:
         # In fp32, rounded back to the piece's dtype: what the eager op returns.
         if PROLOGUE == 0:
             return a
-        x = a.to(tl.float32)
         if PROLOGUE == 1:
-            x = tl.maximum(x, 0.0)
-        elif PROLOGUE == 2:
+            # Exact in any dtype; NaN stays NaN, as in torch.relu.
+            return tl.maximum(a, tl.zeros_like(a), propagate_nan=tl.PropagateNan.ALL).to(a.dtype)
+        x = a.to(tl.float32)
+        if PROLOGUE == 2:
             x = tl.sigmoid(x)
         elif PROLOGUE == 3:
             x = x * tl.sigmoid(x)
@@ -106,7 +118,40 @@ if importlib.util.find_spec("triton") is not None:
             w_ptrs += BLOCK_K * stride_wk
         return acc
 
-    @triton.autotune(configs=_CONFIGS, key=["M", "N", "K"])
+    @triton.jit
+    def _accumulate_tiles(acc, a0, a1, a2, a3, stride_a0m, stride_a1m, stride_a2m,
+                          stride_a3m, k0, k1, k2, K, w_ptr, stride_wn, rm, rn,
+                          BLOCK_K: tl.constexpr, NUM_PARTS: tl.constexpr,
+                          PROLOGUE: tl.constexpr):  # fmt: skip
+        # Every piece is a whole number of unmasked K tiles with unit K stride and
+        # they share one prologue (``ONE_LOOP_OK``): a single loop over all tiles, so
+        # the software pipeline runs across piece boundaries.  With one loop per
+        # piece each loop fills and drains its own pipeline, which short pieces
+        # never amortize.  The tile's piece is picked by scalar selects of its
+        # base pointer and row stride, which keep the alignment Triton knows of
+        # the arguments, so the loads stay 16-byte asynchronous copies.
+        rk = tl.arange(0, BLOCK_K)
+        k01 = k0 + k1
+        k012 = k01 + k2
+        w_ptrs = w_ptr + rn[None, :] * stride_wn + rk[:, None]
+        for kk in range(0, K, BLOCK_K):
+            in1 = kk >= k0
+            base = tl.where(in1, a1 + (kk - k0), a0 + kk)
+            stride_am = tl.where(in1, stride_a1m, stride_a0m)
+            if NUM_PARTS > 2:
+                in2 = kk >= k01
+                base = tl.where(in2, a2 + (kk - k01), base)
+                stride_am = tl.where(in2, stride_a2m, stride_am)
+            if NUM_PARTS > 3:
+                in3 = kk >= k012
+                base = tl.where(in3, a3 + (kk - k012), base)
+                stride_am = tl.where(in3, stride_a3m, stride_am)
+            a = _prologue(tl.load(base + rm[:, None] * stride_am + rk[None, :]), PROLOGUE)
+            acc = tl.dot(a, tl.load(w_ptrs), acc)
+            w_ptrs += BLOCK_K
+        return acc
+
+    @triton.autotune(configs=_CONFIGS, key=["M", "N", "K", "NUM_PARTS", "ONE_LOOP_OK"])
     @triton.jit
     def cat_linear_kernel(
         a0, a1, a2, a3,
@@ -115,10 +160,10 @@ if importlib.util.find_spec("triton") is not None:
         k0, k1, k2, k3,
         w_ptr, stride_wn, stride_wk, b_ptr, y_ptr, stride_ym, stride_yn,
         M, N, K,
-        NUM_PARTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+        NUM_PARTS: tl.constexpr, HAS_BIAS: tl.constexpr, ONE_LOOP_OK: tl.constexpr,
         PRO0: tl.constexpr, PRO1: tl.constexpr, PRO2: tl.constexpr, PRO3: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        GROUP_M: tl.constexpr,
+        GROUP_M: tl.constexpr, ONE_LOOP: tl.constexpr,
     ):  # fmt: skip
         # Grouped launch order: consecutive programs share W tiles in L2.
         pid = tl.program_id(0)
@@ -137,16 +182,22 @@ if importlib.util.find_spec("triton") is not None:
         rm = offs_m % M
         rn = offs_n % N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn,
-                                stride_wk, rm, rn, BLOCK_K, PRO0)  # fmt: skip
-        acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn,
-                                stride_wk, rm, rn, BLOCK_K, PRO1)  # fmt: skip
-        if NUM_PARTS > 2:
-            acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr,
-                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO2)  # fmt: skip
-        if NUM_PARTS > 3:
-            acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2, w_ptr,
-                                    stride_wn, stride_wk, rm, rn, BLOCK_K, PRO3)  # fmt: skip
+        if ONE_LOOP and ONE_LOOP_OK:
+            acc = _accumulate_tiles(acc, a0, a1, a2, a3, stride_a0m, stride_a1m, stride_a2m,
+                                    stride_a3m, k0, k1, k2, K, w_ptr, stride_wn, rm, rn,
+                                    BLOCK_K, NUM_PARTS, PRO0)  # fmt: skip
+        else:
+            acc = _accumulate_piece(acc, a0, stride_a0m, stride_a0k, k0, 0, w_ptr, stride_wn,
+                                    stride_wk, rm, rn, BLOCK_K, PRO0)  # fmt: skip
+            acc = _accumulate_piece(acc, a1, stride_a1m, stride_a1k, k1, k0, w_ptr, stride_wn,
+                                    stride_wk, rm, rn, BLOCK_K, PRO1)  # fmt: skip
+            if NUM_PARTS > 2:
+                acc = _accumulate_piece(acc, a2, stride_a2m, stride_a2k, k2, k0 + k1, w_ptr,
+                                        stride_wn, stride_wk, rm, rn, BLOCK_K, PRO2)  # fmt: skip
+            if NUM_PARTS > 3:
+                acc = _accumulate_piece(acc, a3, stride_a3m, stride_a3k, k3, k0 + k1 + k2,
+                                        w_ptr, stride_wn, stride_wk, rm, rn, BLOCK_K,
+                                        PRO3)  # fmt: skip
         if HAS_BIAS:
             bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)
             acc += bias.to(tl.float32)[None, :]
@@ -154,6 +205,10 @@ if importlib.util.find_spec("triton") is not None:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
+
+
+def _static_eq(value: Any, expected: int) -> bool:
+    return isinstance(value, int) and value == expected
 
 
 @functools.cache
@@ -175,6 +230,14 @@ def get_op() -> Any:
         y = flat[0].new_empty((M, N))
         a = flat + [flat[0]] * (MAX_PARTS - len(flat))
         ks = [p.shape[1] for p in flat] + [0] * (MAX_PARTS - len(flat))
+        # Static facts only: a symbolic width or stride takes the general loops
+        # rather than adding a guard.
+        one_loop_ok = (
+            len(set(pro[: len(flat)])) == 1
+            and all(_static_eq(p.stride(1), 1) and _static_eq(p.shape[1] % _BLOCK_K, 0)
+                    for p in flat)
+            and _static_eq(weight.stride(1), 1)
+        )  # fmt: skip
 
         def grid(meta: dict[str, Any]) -> tuple[int]:
             return (
@@ -189,7 +252,7 @@ def get_op() -> Any:
             weight, weight.stride(0), weight.stride(1),
             bias if bias is not None else weight, y, y.stride(0), y.stride(1),
             M, N, K,
-            NUM_PARTS=len(flat), HAS_BIAS=bias is not None,
+            NUM_PARTS=len(flat), HAS_BIAS=bias is not None, ONE_LOOP_OK=one_loop_ok,
             PRO0=pro[0], PRO1=pro[1], PRO2=pro[2], PRO3=pro[3],
         )  # fmt: skip
         return y.reshape(*lead, N)
