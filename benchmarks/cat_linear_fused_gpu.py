@@ -12,7 +12,7 @@ For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
   floor    F.linear(x, W) on an already materialized x (the GEMM alone)
   view / addmm / gemm (with --forms): the pass forced into that form
 
-and times each with ``triton.testing.do_bench``; the timing sweep is repeated
+and times each with ``triton.testing.do_bench`` (median per call); the sweep is repeated
 ``--reps`` times, interleaving variants, and medians are reported.  It also
 records the form the pass chose, peak memory of one step, first-call compile
 time, and what upstream 2.15's ``pre_grad_fusion_options["cat_linear"]`` gate
@@ -22,6 +22,7 @@ rule would pick for the case.
 """
 
 import argparse
+import gc
 import itertools
 import json
 import logging
@@ -120,7 +121,7 @@ def do_bench(fn, device):
     if device == "cuda":
         from triton.testing import do_bench as tdb
 
-        return tdb(fn, warmup=25, rep=100) * 1000.0  # us
+        return tdb(fn, warmup=25, rep=100, return_mode="median") * 1000.0  # us
     from torch._inductor.runtime.benchmarking import benchmarker
 
     return benchmarker.benchmark_cpu(fn, warmup=3, rep=15) * 1000.0
@@ -166,11 +167,18 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
                 row["pass_log"] = handler.msgs[-3:]
             runs[v] = run
         times = {v: [] for v in variants}
-        for v in variants:  # untimed pass: the first case of a process ran cold
-            do_bench(runs[v], device)
-        for _ in range(reps):
-            for v in variants:
-                times[v].append(do_bench(runs[v], device))
+        # Forward+backward steps are host-bound: keep the garbage collector's
+        # pauses out of the timed loops.
+        gc.collect()
+        gc.disable()
+        try:
+            for v in variants:  # untimed pass: the first case of a process ran cold
+                do_bench(runs[v], device)
+            for _ in range(reps):
+                for v in variants:
+                    times[v].append(do_bench(runs[v], device))
+        finally:
+            gc.enable()
         for v in variants:
             row[v] = round(statistics.median(times[v]), 1)
             row[f"{v}_reps"] = [round(t, 1) for t in times[v]]
