@@ -24,21 +24,16 @@ against the floor's before it is timed.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cat_linear_fused_gpu import SHAPES  # noqa: E402  the probe's shapes, as end to end
 
-SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
-    (8192, (64, 64), 256),
-    (8192, (128, 128, 128), 1024),
-    (8192, (1024, 1024), 1024),
-    (8192, (2048, 2048), 4096),
-    (16384, (4096, 4096), 4096),
-    (512, (2048, 2048), 8192),
-]
 
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_K is the module's.
 CONFIGS = [
@@ -59,9 +54,7 @@ def launch(mod, parts, W, one_loop, pro, cfg):
     bm, bn, stages, warps = cfg
     M, N = parts[0].shape[0], W.shape[0]
     y = parts[0].new_empty(M, N)
-    a = list(parts) + [parts[0]] * (mod.MAX_PARTS - len(parts))
-    ks = [p.shape[1] for p in parts] + [0] * (mod.MAX_PARTS - len(parts))
-    pr = [pro] * len(parts) + [0] * (mod.MAX_PARTS - len(parts))
+    a, ks, pr = mod.kernel_slots(list(parts), [pro] * len(parts))
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
 
     def run():

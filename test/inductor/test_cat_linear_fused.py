@@ -483,10 +483,10 @@ class CatLinearFusedTest(TestCase):
             w = torch.randn(96, sum(widths), device="cuda", dtype=torch.bfloat16)
             b = torch.randn(96, device="cuda", dtype=torch.bfloat16)
             ref = F.linear(torch.cat([act(p) for p in parts], -1).float(), w.float(), b.float())
-            a = parts + [parts[0]] * (mod.MAX_PARTS - len(parts))
-            ks = [p.shape[1] for p in parts] + [0] * (mod.MAX_PARTS - len(parts))
-            pro = [code] * len(parts) + [0] * (mod.MAX_PARTS - len(parts))
-            aligned = all(k % mod._BLOCK_K == 0 for k in widths)
+            a, ks, pro = mod.kernel_slots(parts, [code] * len(parts))
+            # True for the first two width sets, False for the K tail.
+            aligned = mod.one_loop_ok(parts, w, pro)
+            self.assertEqual(aligned, 40 not in widths)
             for cfg in mod._CONFIGS:
                 y = torch.full((200, 96), float("nan"), device="cuda", dtype=torch.bfloat16)
                 meta = cfg.all_kwargs()

@@ -211,6 +211,32 @@ def _static_eq(value: Any, expected: int) -> bool:
     return isinstance(value, int) and value == expected
 
 
+def kernel_slots(
+    flat: list[torch.Tensor], prologues: list[int]
+) -> tuple[list[torch.Tensor], list[Any], list[int]]:
+    """The kernel's ``MAX_PARTS`` piece slots: tensors, widths and prologue codes,
+    unused slots padded (a width of 0 is never read)."""
+    pad = MAX_PARTS - len(flat)
+    return (
+        flat + [flat[0]] * pad,
+        [p.shape[1] for p in flat] + [0] * pad,
+        list(prologues) + [0] * (MAX_PARTS - len(prologues)),
+    )
+
+
+def one_loop_ok(flat: list[torch.Tensor], weight: torch.Tensor, prologues: list[int]) -> bool:
+    """Whether the single K loop may run: every 2-D piece is whole unmasked K
+    tiles with unit K stride, W has unit K stride, and the pieces share one
+    prologue.  Static facts only: a symbolic width or stride takes the general
+    loops rather than adding a guard."""
+    return (
+        len(set(prologues[: len(flat)])) == 1
+        and all(_static_eq(p.stride(1), 1) and _static_eq(p.shape[1] % _BLOCK_K, 0)
+                for p in flat)
+        and _static_eq(weight.stride(1), 1)
+    )  # fmt: skip
+
+
 @functools.cache
 def get_op() -> Any:
     """Define the op on first use."""
@@ -224,20 +250,10 @@ def get_op() -> Any:
         prologues: list[int],
     ) -> torch.Tensor:
         lead = parts[0].shape[:-1]
-        pro = list(prologues) + [0] * (MAX_PARTS - len(prologues))
         flat = [p.reshape(-1, p.shape[-1]) for p in parts]
         M, N, K = flat[0].shape[0], weight.shape[0], weight.shape[1]
         y = flat[0].new_empty((M, N))
-        a = flat + [flat[0]] * (MAX_PARTS - len(flat))
-        ks = [p.shape[1] for p in flat] + [0] * (MAX_PARTS - len(flat))
-        # Static facts only: a symbolic width or stride takes the general loops
-        # rather than adding a guard.
-        one_loop_ok = (
-            len(set(pro[: len(flat)])) == 1
-            and all(_static_eq(p.stride(1), 1) and _static_eq(p.shape[1] % _BLOCK_K, 0)
-                    for p in flat)
-            and _static_eq(weight.stride(1), 1)
-        )  # fmt: skip
+        a, ks, pro = kernel_slots(flat, prologues)
 
         def grid(meta: dict[str, Any]) -> tuple[int]:
             return (
@@ -252,7 +268,8 @@ def get_op() -> Any:
             weight, weight.stride(0), weight.stride(1),
             bias if bias is not None else weight, y, y.stride(0), y.stride(1),
             M, N, K,
-            NUM_PARTS=len(flat), HAS_BIAS=bias is not None, ONE_LOOP_OK=one_loop_ok,
+            NUM_PARTS=len(flat), HAS_BIAS=bias is not None,
+            ONE_LOOP_OK=one_loop_ok(flat, weight, pro),
             PRO0=pro[0], PRO1=pro[1], PRO2=pro[2], PRO3=pro[3],
         )  # fmt: skip
         return y.reshape(*lead, N)
