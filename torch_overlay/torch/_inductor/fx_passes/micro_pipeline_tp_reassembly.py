@@ -16,33 +16,38 @@ Graph-level chunking can rebuild the layout of a collective with ``slice`` and
 
 Such a subgraph is the canonical collective only when the slices are exactly
 the ``group_size`` equal chunks of one source, in rank order, with step 1,
-covering the whole dimension.  Anything else (swapped, duplicated, partial,
-strided, overlapping or unequal chunks, two sources, the wrong chunk count)
-computes something different, and fusing it into
-``symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` would
-silently miscompile.  This module proves the canonical form and rejects
-everything else with a logged reason; ``micro_pipeline_tp.py`` consults it
-where it looks for all-gather and reduce-scatter patterns.
+covering the whole dimension (and a trailing trim, if any, keeps all of it).
+Anything else (swapped, duplicated, partial, strided, overlapping or unequal
+chunks, the wrong chunk count, a real trim) computes something different, and
+fusing it into ``symm_mem.fused_all_gather_matmul`` /
+``fused_matmul_reduce_scatter`` would silently miscompile.
 
-Phases, as in the rest of ``fx_passes``:
+Where upstream has a slice/cat path (``_match_slice_cat_all_gather`` /
+``_match_slice_cat_reduce_scatter`` in ``micro_pipeline_tp.py``), it checks
+the structure (one source, slice nodes, the collective's arguments) and then
+calls ``prove_all_gather_reassembly`` / ``prove_reduce_scatter_reassembly``
+at the point where it decides to return a match: the proof is part of
+upstream's own matcher, not a second walk over the graph.  Everything else
+stays upstream's: which users a match may have, and whether fusing pays, is
+decided by the ``fuse_*`` step as for every other pattern.
 
-* ``*Reassembly.from_node``: find the structure (which nodes, which dims);
-* ``can_fuse_*_reassembly``: safety, i.e. the slice ranges provably give the
-  canonical layout (static and symbolic shapes; nothing is guarded on);
-* ``should_fuse_reassembly``: the collective and the chunks have no users
-  outside the reassembly, as the ``split``/``getitem`` patterns require, so
-  the fusion removes the unfused collective instead of running both.
+On bases without that path (2.11) ``find_all_gather_reassembly`` /
+``find_reduce_scatter_reassembly`` add the same structure check in front of
+the same proof, with upstream's contract for what is found.
 
-``match_all_gather_reassembly`` and ``match_reduce_scatter_reassembly`` run
-all three.  The match objects never rewrite anything themselves: the callers'
-``_AllGatherMatch`` / ``_ReduceScatterMatch`` do, and erase only ``nodes``.
+``count_fused_reassembly`` is called once a ``fuse_*`` step has rewritten a
+match: ``counters["inductor"]["micro_pipeline_tp_slice_cat"]`` counts fusions
+through a slice/cat reassembly, ``..._rejected`` the reassemblies declined
+(each with a ``skipping micro_pipeline_tp_slice_cat: <reason>`` debug line).
+Nothing here guards on symbolic sizes: what cannot be proven is declined.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import torch
 import torch.fx
@@ -171,11 +176,12 @@ class _Chunk:
         )
 
 
-def _chunks_of(cat_node: torch.fx.Node) -> list[_Chunk] | None:
-    """The cat's inputs as slices of one source along one dim, else None
+def _chunks_of(
+    cat_node: torch.fx.Node, inputs: Sequence[torch.fx.Node]
+) -> list[_Chunk] | None:
+    """``inputs`` (the cat's) as slices of one source along one dim, else None
     (with a logged reason)."""
-    inputs = cat_node.args[0]
-    if not isinstance(inputs, (list, tuple)) or len(inputs) == 0:
+    if len(inputs) == 0:
         _skip("%s has no tensor-list input", cat_node)
         return None
     chunks = []
@@ -318,28 +324,116 @@ def _is_noop_trim(trim: torch.fx.Node, dim: int) -> bool:
     return True
 
 
+def prove_all_gather_reassembly(
+    ag_node: torch.fx.Node,
+    slice_nodes: Sequence[torch.fx.Node],
+    cat_node: torch.fx.Node,
+    trim_node: torch.fx.Node | None = None,
+) -> int | None:
+    """Safety of an all-gather slice/cat match: ``[trim](cat(slice_nodes))``,
+    the slices taken along dim 0 of ``wait(ag_node)``, equals
+    ``all_gather_single(shard, gather_dim)``.  Returns ``gather_dim`` (the
+    cat's dim, normalized) when proven, else None with a logged reason."""
+    cat_val = _val(cat_node)
+    if cat_val is None:
+        _skip("%s has no shape metadata", cat_node)
+        return None
+    gather_dim = _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim)
+    if gather_dim is None:
+        _skip("%s has a non-constant dim", cat_node)
+        return None
+    chunks = _chunks_of(cat_node, slice_nodes)
+    if chunks is None:
+        return None
+    if chunks[0].dim != 0:
+        _skip(
+            "%s slices the all-gather result along dim %d; ranks are stacked on dim 0",
+            cat_node,
+            chunks[0].dim,
+        )
+        return None
+    group_size = _arg(ag_node, 1, "group_size")
+    if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
+        return None
+    if trim_node is not None and not _is_noop_trim(trim_node, gather_dim):
+        return None
+    log.debug(
+        "%s: %s reassembles %s along dim %d",
+        FEATURE,
+        trim_node if trim_node is not None else cat_node,
+        ag_node,
+        gather_dim,
+    )
+    return gather_dim
+
+
+def prove_reduce_scatter_reassembly(
+    reduce_scatter_node: torch.fx.Node,
+    slice_nodes: Sequence[torch.fx.Node],
+    cat_node: torch.fx.Node,
+) -> int | None:
+    """Safety of a reduce-scatter slice/cat match: ``cat(slice_nodes, 0)``, the
+    slices taken from one tensor along one dim, equals that tensor laid out as
+    ``reduce_scatter_single(input, scatter_dim)`` expects.  Returns
+    ``scatter_dim`` (normalized) when proven, else None with a logged reason."""
+    cat_val = _val(cat_node)
+    if cat_val is None:
+        _skip("%s has no shape metadata", cat_node)
+        return None
+    if _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim) != 0:
+        _skip(
+            "%s concatenates along dim %s; reduce_scatter_tensor scatters dim 0",
+            cat_node,
+            _arg(cat_node, 1, "dim", 0),
+        )
+        return None
+    chunks = _chunks_of(cat_node, slice_nodes)
+    if chunks is None:
+        return None
+    group_size = _arg(reduce_scatter_node, 2, "group_size")
+    if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
+        return None
+    log.debug(
+        "%s: %s reassembles %s along dim %d",
+        FEATURE,
+        cat_node,
+        chunks[0].source,
+        chunks[0].dim,
+    )
+    return chunks[0].dim
+
+
+def count_fused_reassembly(match: object) -> None:
+    """Called by the ``fuse_*`` steps after a rewrite: count it when the
+    match came through a slice/cat reassembly."""
+    # Upstream's split/getitem patterns have no slice node; every slice/cat
+    # match (a node list, or a reassembly here) has its chunks' slices.
+    nodes = getattr(match, "nodes", match)
+    if isinstance(nodes, (list, tuple)) and any(
+        isinstance(n, torch.fx.Node) and n.target is aten.slice.Tensor for n in nodes
+    ):
+        counters["inductor"][FEATURE] += 1
+
+
+# Bases whose micro_pipeline_tp has no slice/cat path of its own (2.11): the
+# structure check upstream's path makes, in front of the same proof.
+
+
 @dataclass
 class AllGatherReassembly:
-    """``[trim](cat(slices of wait(all_gather_into_tensor(shard))))``, the
-    slices being the per-rank chunks of the all-gather output.
-
-    Field names follow ``micro_pipeline_tp._AllGatherMatch``; ``nodes`` lists
-    the matched nodes in graph order, like ``pattern_matcher.Match.nodes``.
-    """
+    """``[trim](cat(slices of wait(all_gather_into_tensor(shard))))``, proven
+    canonical.  Stands in for ``pattern_matcher.Match`` in
+    ``_AllGatherMatch.match``: ``nodes`` lists the matched nodes in graph
+    order, which is all ``erase()`` reads."""
 
     ag_node: torch.fx.Node
     wait_node: torch.fx.Node
     shard_node: torch.fx.Node
-    chunks: list[_Chunk]
+    slice_nodes: list[torch.fx.Node]
     cat_node: torch.fx.Node
     trim_node: torch.fx.Node | None
     gather_dim: int
-    group_size: Any
     group_name: Any
-
-    @property
-    def slice_nodes(self) -> list[torch.fx.Node]:
-        return [chunk.node for chunk in self.chunks]
 
     @property
     def res_node(self) -> torch.fx.Node:
@@ -356,99 +450,20 @@ class AllGatherReassembly:
             *trim,
         ]
 
-    @classmethod
-    def from_node(cls, node: torch.fx.Node) -> AllGatherReassembly | None:
-        """The structure rooted at ``node`` (a cat, or a slice of one), or None.
-        Nodes that do not look like a reassembled all-gather return None
-        silently; look-alikes that differ are logged."""
-        c10d = _c10d()
-        trim_node = None
-        cat_node = node
-        if node.target is aten.slice.Tensor:
-            inp = node.args[0]
-            if not (isinstance(inp, torch.fx.Node) and inp.target is aten.cat.default):
-                return None
-            trim_node, cat_node = node, inp
-        if cat_node.target is not aten.cat.default:
-            return None
-
-        inputs = cat_node.args[0]
-        if not isinstance(inputs, (list, tuple)) or not any(
-            isinstance(inp, torch.fx.Node)
-            and inp.target is aten.slice.Tensor
-            and isinstance(inp.args[0], torch.fx.Node)
-            and inp.args[0].target is c10d.wait_tensor.default
-            and isinstance(inp.args[0].args[0], torch.fx.Node)
-            and inp.args[0].args[0].target is c10d.all_gather_into_tensor.default
-            for inp in inputs
-        ):
-            return None  # not an all-gather reassembly at all
-
-        chunks = _chunks_of(cat_node)
-        if chunks is None:
-            return None
-        wait_node = chunks[0].source
-        if wait_node.target is not c10d.wait_tensor.default:
-            _skip("%s slices %s, not an all-gather result", cat_node, wait_node)
-            return None
-        ag_node = wait_node.args[0]
-        assert isinstance(ag_node, torch.fx.Node)
-        if chunks[0].dim != 0:
-            _skip(
-                "%s slices the all-gather result along dim %d; "
-                "ranks are stacked on dim 0",
-                cat_node,
-                chunks[0].dim,
-            )
-            return None
-        cat_val = _val(cat_node)
-        if cat_val is None:
-            _skip("%s has no shape metadata", cat_node)
-            return None
-        gather_dim = _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim)
-        if gather_dim is None:
-            _skip("%s has a non-constant dim", cat_node)
-            return None
-        shard_node = ag_node.args[0]
-        group_name = _arg(ag_node, 2, "group_name")
-        if not isinstance(shard_node, torch.fx.Node) or group_name is None:
-            _skip("%s has no shard or group name", ag_node)
-            return None
-        return cls(
-            ag_node=ag_node,
-            wait_node=wait_node,
-            shard_node=shard_node,
-            chunks=chunks,
-            cat_node=cat_node,
-            trim_node=trim_node,
-            gather_dim=gather_dim,
-            group_size=_arg(ag_node, 1, "group_size"),
-            group_name=group_name,
-        )
-
 
 @dataclass
 class ReduceScatterReassembly:
-    """``wait(reduce_scatter_tensor(cat(slices of input, dim=0)))``, the slices
-    being the per-rank chunks of ``input`` along ``scatter_dim``.
-
-    Field names follow ``micro_pipeline_tp._ReduceScatterMatch``; ``nodes``
-    lists the matched nodes in graph order, like ``Match.nodes``.
-    """
+    """``wait(reduce_scatter_tensor(cat(slices of input, dim=0)))``, proven
+    canonical.  Stands in for ``Match`` in ``_ReduceScatterMatch.match``."""
 
     input_node: torch.fx.Node
-    chunks: list[_Chunk]
+    slice_nodes: list[torch.fx.Node]
     cat_node: torch.fx.Node
     reduce_scatter_node: torch.fx.Node
     wait_tensor_node: torch.fx.Node
     reduce_op: Any
     scatter_dim: int
-    group_size: Any
     group_name: Any
-
-    @property
-    def slice_nodes(self) -> list[torch.fx.Node]:
-        return [chunk.node for chunk in self.chunks]
 
     @property
     def nodes(self) -> list[torch.fx.Node]:
@@ -459,139 +474,101 @@ class ReduceScatterReassembly:
             self.wait_tensor_node,
         ]
 
-    @classmethod
-    def from_node(cls, node: torch.fx.Node) -> ReduceScatterReassembly | None:
-        """The structure ending in ``node`` (a wait_tensor), or None. Nodes
-        that do not look like a reassembled reduce-scatter return None
-        silently; look-alikes that differ are logged."""
-        c10d = _c10d()
-        if node.target is not c10d.wait_tensor.default:
-            return None
-        rs_node = node.args[0]
-        if not (
-            isinstance(rs_node, torch.fx.Node)
-            and rs_node.target is c10d.reduce_scatter_tensor.default
-        ):
-            return None
-        cat_node = rs_node.args[0]
-        if not (
-            isinstance(cat_node, torch.fx.Node) and cat_node.target is aten.cat.default
-        ):
-            return None
-        inputs = cat_node.args[0]
-        if not isinstance(inputs, (list, tuple)) or not any(
-            isinstance(inp, torch.fx.Node) and inp.target is aten.slice.Tensor
-            for inp in inputs
-        ):
-            return None  # e.g. the split/getitem form that upstream matches
 
-        chunks = _chunks_of(cat_node)
-        if chunks is None:
-            return None
-        cat_val = _val(cat_node)
-        if cat_val is None:
-            _skip("%s has no shape metadata", cat_node)
-            return None
-        if _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim) != 0:
-            _skip(
-                "%s concatenates along dim %s; reduce_scatter_tensor scatters dim 0",
-                cat_node,
-                _arg(cat_node, 1, "dim", 0),
-            )
-            return None
-        reduce_op = _arg(rs_node, 1, "reduce_op")
-        group_name = _arg(rs_node, 3, "group_name")
-        if reduce_op is None or group_name is None:
-            _skip("%s has no reduce op or group name", rs_node)
-            return None
-        return cls(
-            input_node=chunks[0].source,
-            chunks=chunks,
-            cat_node=cat_node,
-            reduce_scatter_node=rs_node,
-            wait_tensor_node=node,
-            reduce_op=reduce_op,
-            scatter_dim=chunks[0].dim,
-            group_size=_arg(rs_node, 2, "group_size"),
-            group_name=group_name,
-        )
+def _is_call(node: Any, target: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.target is target
 
 
-def can_fuse_all_gather_reassembly(r: AllGatherReassembly) -> bool:
-    """Safety: the reassembly equals ``all_gather_single(shard, gather_dim)``."""
-    if not can_reassemble_canonical_chunks(r.chunks, r.group_size, r.cat_node):
-        return False
-    return r.trim_node is None or _is_noop_trim(r.trim_node, r.gather_dim)
-
-
-def can_fuse_reduce_scatter_reassembly(r: ReduceScatterReassembly) -> bool:
-    """Safety: the reassembly equals ``reduce_scatter_single(input, scatter_dim)``."""
-    return can_reassemble_canonical_chunks(r.chunks, r.group_size, r.cat_node)
-
-
-def should_fuse_reassembly(
-    r: AllGatherReassembly | ReduceScatterReassembly,
-) -> bool:
-    """Profitability: nothing outside the reassembly uses the sliced tensor,
-    the chunks or (before a trim or a reduce-scatter) the cat.  Otherwise the
-    unfused collective (or matmul) stays alive next to the fused op, as the
-    single-user ``split``/``getitem`` patterns upstream already exclude."""
-    matched = set(r.nodes)
-    source = r.wait_node if isinstance(r, AllGatherReassembly) else r.input_node
-    outside = [user for user in source.users if user not in matched]
-    if outside:
-        _skip("%s is also used outside the reassembly by %s", source, outside)
-        return False
-    for node in r.slice_nodes:
-        if set(node.users) != {r.cat_node}:
-            _skip("chunk %s is also used outside the reassembly", node)
-            return False
-    inner_cat = isinstance(r, ReduceScatterReassembly) or r.trim_node is not None
-    if inner_cat and len(r.cat_node.users) != 1:
-        _skip("%s is also used outside the reassembly", r.cat_node)
-        return False
-    return True
-
-
-_Reassembly = TypeVar("_Reassembly", AllGatherReassembly, ReduceScatterReassembly)
-
-
-def _accept_reassembly(
-    r: _Reassembly | None, can_fuse: Callable[[_Reassembly], bool]
-) -> _Reassembly | None:
-    """``r`` when it is found, ``can_fuse`` proves it and it should be fused
-    (counted and logged), else None."""
-    if r is None or not can_fuse(r) or not should_fuse_reassembly(r):
+def find_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
+    """``node`` (a cat, or a slice of one) as a proven all-gather reassembly.
+    Found regardless of other users, as upstream's slice/cat path does: the
+    fuse step decides what users it can take."""
+    c10d = _c10d()
+    trim_node = None
+    cat_node = node
+    if _is_call(node, aten.slice.Tensor) and _is_call(node.args[0], aten.cat.default):
+        trim_node, cat_node = node, node.args[0]
+    if not _is_call(cat_node, aten.cat.default):
         return None
-    counters["inductor"][FEATURE] += 1
-    if isinstance(r, AllGatherReassembly):
-        result, source, dim = r.res_node, r.ag_node, r.gather_dim
-    else:
-        result, source, dim = r.cat_node, r.input_node, r.scatter_dim
-    log.debug("%s: %s reassembles %s along dim %d", FEATURE, result, source, dim)
-    return r
-
-
-def match_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
-    """``node`` as a proven all-gather reassembly (find, can, should), or None."""
-    return _accept_reassembly(
-        AllGatherReassembly.from_node(node), can_fuse_all_gather_reassembly
+    slice_nodes = cat_node.args[0]
+    if not isinstance(slice_nodes, (list, tuple)) or len(slice_nodes) == 0:
+        return None
+    if not all(
+        _is_call(s, aten.slice.Tensor)
+        and _is_call(s.args[0], c10d.wait_tensor.default)
+        and _is_call(s.args[0].args[0], c10d.all_gather_into_tensor.default)
+        for s in slice_nodes
+    ):
+        return None  # not an all-gather reassembly at all
+    wait_node = slice_nodes[0].args[0]
+    if any(s.args[0] is not wait_node for s in slice_nodes):
+        _skip("%s reassembles slices of different all-gathers", cat_node)
+        return None
+    ag_node = wait_node.args[0]
+    shard_node = ag_node.args[0]
+    group_name = _arg(ag_node, 2, "group_name")
+    if not isinstance(shard_node, torch.fx.Node) or group_name is None:
+        _skip("%s has no shard or group name", ag_node)
+        return None
+    gather_dim = prove_all_gather_reassembly(ag_node, slice_nodes, cat_node, trim_node)
+    if gather_dim is None:
+        return None
+    return AllGatherReassembly(
+        ag_node=ag_node,
+        wait_node=wait_node,
+        shard_node=shard_node,
+        slice_nodes=list(slice_nodes),
+        cat_node=cat_node,
+        trim_node=trim_node,
+        gather_dim=gather_dim,
+        group_name=group_name,
     )
 
 
-def match_reduce_scatter_reassembly(
+def find_reduce_scatter_reassembly(
     node: torch.fx.Node,
 ) -> ReduceScatterReassembly | None:
-    """``node`` (a wait_tensor) as a proven reduce-scatter reassembly, or None."""
-    return _accept_reassembly(
-        ReduceScatterReassembly.from_node(node), can_fuse_reduce_scatter_reassembly
+    """``node`` (a wait_tensor) as a proven reduce-scatter reassembly."""
+    c10d = _c10d()
+    if not _is_call(node, c10d.wait_tensor.default):
+        return None
+    rs_node = node.args[0]
+    if not _is_call(rs_node, c10d.reduce_scatter_tensor.default):
+        return None
+    cat_node = rs_node.args[0]
+    if not _is_call(cat_node, aten.cat.default):
+        return None
+    slice_nodes = cat_node.args[0]
+    if (
+        not isinstance(slice_nodes, (list, tuple))
+        or len(slice_nodes) == 0
+        or not all(_is_call(s, aten.slice.Tensor) for s in slice_nodes)
+    ):
+        return None  # e.g. the split/getitem form that upstream matches
+    reduce_op = _arg(rs_node, 1, "reduce_op")
+    group_name = _arg(rs_node, 3, "group_name")
+    if reduce_op is None or group_name is None:
+        _skip("%s has no reduce op or group name", rs_node)
+        return None
+    scatter_dim = prove_reduce_scatter_reassembly(rs_node, slice_nodes, cat_node)
+    if scatter_dim is None:
+        return None
+    return ReduceScatterReassembly(
+        input_node=slice_nodes[0].args[0],
+        slice_nodes=list(slice_nodes),
+        cat_node=cat_node,
+        reduce_scatter_node=rs_node,
+        wait_tensor_node=node,
+        reduce_op=reduce_op,
+        scatter_dim=scatter_dim,
+        group_name=group_name,
     )
 
 
 def only_used_by_reassembly(node: torch.fx.Node, match: object) -> bool:
-    """Whether ``match`` is a reduce-scatter reassembly whose chunks are all
-    the users of ``node`` (its source): such a matmul output has several users,
-    all of which the fusion removes."""
+    """Whether every user of ``node`` (a matmul output) is one of the nodes of
+    the reduce-scatter reassembly ``match``: the fusion removes them all, as
+    upstream's own check allows where it has a slice/cat path."""
     return isinstance(match, ReduceScatterReassembly) and all(
         user in match.nodes for user in node.users
     )
