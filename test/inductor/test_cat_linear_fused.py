@@ -178,6 +178,60 @@ class CatLinearFusedTest(TestCase):
 
         self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
 
+    def test_cat_linear_fused_inplace_on_part_after_linear(self):
+        # The per-piece GEMMs save the parts for backward where stock saved
+        # the cat: a later in-place write to a part (directly, through a view,
+        # or reordered after the linear by dynamo, as 2.15's
+        # canonicalize_output_graph_node_order does) must block the rewrite.
+        def direct(a, b, w):
+            a = a * 1.0
+            y = F.linear(torch.cat([a, b], dim=-1), w)
+            F.relu(a, True)
+            return y
+
+        def method(a, b, w):
+            a = a * 1.0
+            y = F.linear(torch.cat([a, b], dim=-1), w)
+            a.add_(1.0)
+            return y
+
+        def through_view(a, b, w):
+            a = a * 1.0
+            y = F.linear(torch.cat([a, b], dim=-1), w)
+            a.view(-1).mul_(2.0)
+            return y
+
+        for fn in (direct, method, through_view):
+            with self.subTest(fn.__name__):
+                args = make_inputs((4,), (8, 8), 16, bias=False)
+                self.common(fn, args, 0, force="view")
+
+    def test_cat_linear_fused_inplace_elsewhere_after_linear(self):
+        # An in-place op after the linear that cannot touch a part does not
+        # block the rewrite.
+        def fn(a, b, w):
+            a = a * 1.0
+            y = F.linear(torch.cat([a, b], dim=-1), w)
+            return F.relu(y * 1.0, True)
+
+        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 1, force="view")
+
+    @unittest.skipIf(
+        not hasattr(torch._dynamo.config, "canonicalize_output_graph_node_order"),
+        "needs torch >= 2.15 (dynamo's canonicalize_output_graph_node_order)",
+    )
+    def test_cat_linear_fused_inplace_reordered_after_linear(self):
+        # 2.15's canonical node order moves a user-less in-place relu after the
+        # linear: the check must not depend on where the graph puts it.
+        def fn(a, b, w):
+            a = a * 1.0
+            x = torch.cat([a, b], dim=-1)
+            F.relu(a, True)
+            return F.linear(x, w)
+
+        with torch._dynamo.config.patch(canonicalize_output_graph_node_order=True):
+            self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
+
     def test_cat_linear_fused_autocast_mixed_dtype(self):
         args = make_inputs((4,), (8, 8), 16, grad=False)
         counters.clear()

@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
 
@@ -93,16 +94,23 @@ def _arg(node: torch.fx.Node, idx: int, name: str, default: Any = None) -> Any:
 
 
 def _is_possible_mutation(node: torch.fx.Node) -> bool:
-    """Conservative: could ``node`` write to an existing tensor?"""
+    """Conservative: could ``node`` write to an existing tensor?
+
+    Asks the graph first: an op schema that writes, or an output that is one
+    of the node's input tensors (what an in-place op returns, whatever its
+    name or spelling); then the spellings dynamo leaves in pre-grad graphs."""
     if node.op == "call_module":
         return True
     if node.op not in ("call_function", "call_method"):
         return False
-    if node.kwargs.get("inplace", False) or node.kwargs.get("out") is not None:
-        return True
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return target._schema.is_mutable
+    out = _val(node)
+    if out is not None and any(_val(inp) is out for inp in node.all_input_nodes):
+        return True
+    if node.kwargs.get("inplace", False) or node.kwargs.get("out") is not None:
+        return True
     if _passes_inplace_positionally(target, node.args):
         return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
@@ -121,6 +129,39 @@ def _first_possible_mutation(
     node = start
     while node is not end:
         if _is_possible_mutation(node):
+            return node
+        node = node.next
+    return None
+
+
+def _storage(node: torch.fx.Node) -> Any:
+    val = _val(node)
+    if val is None or val.is_sparse:
+        return None
+    try:
+        return StorageWeakRef(val.untyped_storage())
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
+def _first_possible_mutation_of(
+    nodes: list[torch.fx.Node], start: torch.fx.Node | None
+) -> torch.fx.Node | None:
+    """The first node from ``start`` to the end of the graph that could write
+    to one of ``nodes`` or to a tensor sharing its storage (a view of it), or
+    None.  An input whose storage is unknown counts as shared."""
+    storages = {_storage(n) for n in nodes}
+    if None in storages:
+        storages = None  # unknown: every possible mutation counts
+    node = start
+    while node is not None and node.op != "output":
+        if _is_possible_mutation(node) and (
+            storages is None
+            or any(
+                _storage(inp) in storages or _storage(inp) is None
+                for inp in node.all_input_nodes
+            )
+        ):
             return node
         node = node.next
     return None
@@ -449,6 +490,14 @@ def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
     mutation = _first_possible_mutation(cat.next, linear)
     if mutation is not None:
         _skip("possible mutation %s between cat and linear at %s", mutation, linear)
+        return None
+    # After the rewrite the per-piece GEMMs read the parts themselves, and
+    # autograd saves them (where stock saved the cat's own buffer): a later
+    # in-place write to a part, wherever the graph orders it, would corrupt
+    # the backward.
+    mutation = _first_possible_mutation_of(list(parts), linear.next)
+    if mutation is not None:
+        _skip("possible mutation %s of a part after the linear at %s", mutation, linear)
         return None
 
     return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
