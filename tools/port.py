@@ -195,7 +195,7 @@ def _conflict_text(seg_list, k: int, labels) -> str:
 def _reason(h: Hunk, theirs: list[str], new_lines: list[str], new: str) -> str:
     removed = [l.decode("utf-8", "replace") for l in h.old if l not in h.new]
     if not theirs:
-        return f"context gone: torch {new} deleted the lines this hunk sits in"
+        return f"context gone: torch {new} lacks the lines this hunk sits in"
     new_set = set(new_lines)
     gone = [l for l in removed if l not in new_set]
     if gone:
