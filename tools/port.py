@@ -107,6 +107,7 @@ class PortResult:
     tree: Path
     patches: list[PatchPort]
     toml_written: bool
+    listed: frozenset[str] = frozenset()  # "[patchset]" and the patches whose bases already list the version
 
     @property
     def needs_hand_work(self) -> list[PatchPort]:
@@ -376,7 +377,8 @@ def port(
         if e.where.startswith("torch==") or "no torch-" in e.reason:
             raise PatchsetError(f"torch {version}", f"cannot get its wheel: {e.where}: {e.reason}") from e
         raise
-    result = PortResult(version, new_tree, [], False)
+    listed = frozenset(["[patchset]"] * (version in ps.bases) + [p.name for p in ps.patches if version in p.bases])
+    result = PortResult(version, new_tree, [], False, listed)
     with tempfile.TemporaryDirectory(prefix=f"patchset-port-v{version}-") as tmpd:
         tmp = Path(tmpd)
         (tmp / "m").mkdir()
@@ -524,7 +526,11 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
     if res.toml_written:
         print(f"  {step}. patchset.toml: {res.version} added to [patchset] bases and to {', '.join(ported) or 'no patch'}" + ("; add it to the patches finished by hand" if hand else ""), file=out)
     else:
-        print(f"  {step}. patchset.toml: add \"{res.version}\" to bases of [patchset] and of {', '.join(ported + [p.patch for p in hand]) or 'each ported patch'} (or re-run with --write)", file=out)
+        todo = [n for n in ["[patchset]", *ported, *(p.patch for p in hand)] if n not in res.listed]
+        if todo:
+            print(f"  {step}. patchset.toml: add \"{res.version}\" to bases of {', '.join(todo)} (or re-run with --write)", file=out)
+        else:
+            print(f"  {step}. patchset.toml: already lists {res.version} in [patchset] and every patch here", file=out)
     print(f"  {step + 1}. python -m tools generate --base {res.version} && python -m tools check", file=out)
     print(f"  {step + 2}. README.md 'Supported bases': add {res.version}", file=out)
 

@@ -69,7 +69,7 @@ def test_clean_carry_writes_the_same_hooks_as_by_hand(fake_patchset, tmp_path):
     assert all(p.carry.source == "2.13.0" for p in res.patches if p.carry)
     assert res.needs_hand_work == [] and fp.toml() == toml  # no --write: toml untouched
     out = _report(fp, res)
-    assert "offset +0" in out and f'add "{NEW}" to bases' in out and "python -m tools generate --base 2.14.0" in out
+    assert "offset +0" in out and f'add "{NEW}" to bases of [patchset], inductor-alpha, inductor-beta, inductor-gamma' in out and "python -m tools generate --base 2.14.0" in out
 
 
 def test_moved_context_carries_with_offsets_and_write_makes_a_checked_base(fake_patchset, tmp_path):
@@ -154,6 +154,8 @@ def test_rerun_keeps_a_different_hook_unless_forced(fake_patchset, tmp_path):
     assert [p.status for p in kept.patches] == ["kept"] and "alpha = True" in h.read_text()
     forced = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"], force=True)
     assert [p.status for p in forced.patches] == ["wrote"] and h.read_text() == carried
+    port(NEW, fp.sources, fp.cache, write=True)
+    assert "already lists 2.14.0 in [patchset] and every patch here" in _report(fp, port(NEW, fp.sources, fp.cache))
 
 
 def test_unknown_version_is_an_error_that_changes_nothing(fake_patchset, tmp_path, monkeypatch):
