@@ -12,6 +12,16 @@ there, which is recognised three ways and reported:
   * every file the patch adds already exists with identical content.
 If a patch fails, ``git am --abort`` runs and the branch goes back to the exact original HEAD (patches
 applied earlier in the same run are undone too), and the error names the patch and the file.
+
+``--base X.Y.Z`` uses that base's series whatever the checkout's version says (a fork tracking main, a
+nightly, a release we have no series for); the output says which version was found and which series used.
+
+``--3way`` is for a checkout with its own edits in the files we touch (a fork). A patch that does not apply
+as it is gets ``git am --3way``: git merges the patch into the file using the pristine blobs that the
+patch's ``index`` lines name (the series are made with ``--full-index``). A real PyTorch clone has them
+(fetch the release tag); a checkout without one is refused naming the patch, the file and the blob. On a
+conflict every conflicting hunk is reported (file, line range in the merged file, reason), then the run is
+undone as above: HEAD, index and work tree as they were, no ``.git/rebase-apply`` left.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from pathlib import Path
 
 from tools import gitutil
 from tools.common import PatchsetError, base_of_version, progress
+from tools.patchapply import apply_file_diff, parse_patch
 from tools.series import Sources, read_series_names
 
 _VERSION_PY_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
@@ -86,6 +97,100 @@ def already_applied(checkout: Path, info: PatchInfo, env: dict) -> str | None:
     return None
 
 
+_INDEX_RE = re.compile(r"^diff --git a/(\S+) b/\S+\n(?:(?!diff --git ).*\n)*?index ([0-9a-f]{40})\.\.([0-9a-f]{40})", re.M)
+
+
+@dataclasses.dataclass
+class PreImages:
+    """The blobs ``git am --3way`` needs for each patch: path -> (pre-image blob, its content, or None when
+    the content must come from the checkout, i.e. the pristine blob of the first patch touching the file).
+    Later patches touching the same file start from "pristine + the earlier patches", a blob no PyTorch clone
+    has; it is computed here (strict applier, same bytes as ``git am``) and written to the checkout's object
+    store only when that patch needs the merge."""
+
+    per_patch: dict[str, list[tuple[str, str, bytes | None]]]
+
+
+def series_preimages(checkout: Path, sdir: Path, names: list[str], env: dict) -> PreImages:
+    state: dict[str, bytes | None] = {}
+    per_patch = {}
+    for n in names:
+        path = sdir / n
+        blobs = {m.group(1): m.group(2) for m in _INDEX_RE.finditer(path.read_text(errors="replace"))}
+        need = []
+        for fd in parse_patch(path).files:
+            blob = blobs.get(fd.path)
+            if fd.kind == "add" or blob is None or set(blob) == {"0"}:
+                cur = None
+            elif fd.path in state:
+                cur = state[fd.path]
+                need.append((fd.path, blob, cur))
+            else:
+                r = gitutil.git("cat-file", "blob", blob, cwd=checkout, env=env, check=False, binary=True)
+                cur = r.stdout if r.returncode == 0 else None
+                need.append((fd.path, blob, None))
+                if cur is None:
+                    state[fd.path] = None
+                    continue
+            if fd.path in state and state[fd.path] is None and fd.kind != "add":
+                continue  # its pristine blob is missing: already reported for the first patch
+            try:
+                state[fd.path] = apply_file_diff(cur, fd, str(path))
+            except PatchsetError:
+                state[fd.path] = None
+        per_patch[n] = need
+    return PreImages(per_patch)
+
+
+def missing_base_blobs(checkout: Path, pre: PreImages, name: str, env: dict) -> list[tuple[str, str]]:
+    """Write the computed pre-images ``name`` needs; return (file, blob) for those neither there nor computable."""
+    missing = []
+    for f, blob, content in pre.per_patch.get(name, []):
+        if gitutil.git("cat-file", "-e", f"{blob}^{{blob}}", cwd=checkout, env=env, check=False).ok:
+            continue
+        if content is None:
+            missing.append((f, blob))
+            continue
+        got = gitutil.git("hash-object", "-w", "--no-filters", "--stdin", cwd=checkout, env=env, input=content).stdout.strip()
+        if got != blob:
+            missing.append((f, blob))
+    return missing
+
+
+@dataclasses.dataclass
+class ConflictHunk:
+    file: str
+    first: int  # line range of the conflict block in the merged file, 1-based
+    last: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.first}-{self.last}: {self.reason}"
+
+
+def conflict_hunks(checkout: Path, am_output: str, env: dict) -> list[ConflictHunk]:
+    """The conflicts a stopped ``git am --3way`` left: each marker block of each unmerged file, or git's
+    CONFLICT line for a file without markers (modify/delete ...)."""
+    files = list(dict.fromkeys(gitutil.git("diff", "--name-only", "--diff-filter=U", cwd=checkout, env=env, check=False).stdout.split()))
+    out = []
+    for f in files:
+        p = checkout / f
+        blocks = []
+        if p.is_file():
+            start = None
+            for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+                if line.startswith("<<<<<<< ") or line == "<<<<<<<":
+                    start = i
+                elif start and (line.startswith(">>>>>>> ") or line == ">>>>>>>"):
+                    blocks.append(ConflictHunk(f, start, i, "conflict: the checkout and the patch both change these lines"))
+                    start = None
+        if not blocks:
+            why = next((l.strip() for l in am_output.splitlines() if l.startswith("CONFLICT") and f in l), "unmerged (no conflict markers)")
+            blocks.append(ConflictHunk(f, 0, 0, why))
+        out += blocks
+    return out
+
+
 def _restore(checkout: Path, orig: str, env: dict) -> None:
     if (Path(gitutil.git("rev-parse", "--absolute-git-dir", cwd=checkout, env=env).stdout.strip()) / "rebase-apply").exists():
         gitutil.git("am", "--abort", cwd=checkout, env=env, check=False)
@@ -101,9 +206,18 @@ class ApplyResult:
     skipped: list[tuple[str, str]]
     orig_head: str
     head: str
+    merged: list[str] = dataclasses.field(default_factory=list)  # applied by three-way merge
 
 
-def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = None) -> ApplyResult:
+class ConflictError(PatchsetError):
+    """A three-way merge conflict; ``hunks`` lists them. The checkout has been restored."""
+
+    def __init__(self, where, reason: str, hunks: list[ConflictHunk]):
+        super().__init__(where, reason)
+        self.hunks = hunks
+
+
+def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = None, *, base: str | None = None, three_way: bool = False) -> ApplyResult:
     checkout = checkout.resolve()
     sources = sources or Sources()
     if not checkout.is_dir():
@@ -111,10 +225,20 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
     if not gitutil.is_git_repo(checkout):
         raise PatchsetError(checkout, "not the top directory of a git checkout")
     version, vfile = detect_version(checkout)
-    try:
-        base = base_of_version(version, sources.load())
-    except PatchsetError as e:
-        raise PatchsetError(vfile, e.reason.replace("unsupported torch version", f"unsupported torch version {version}")) from e
+    ps = sources.load()
+    forced = base is not None
+    if base is not None:
+        if base not in ps.bases:
+            raise PatchsetError(f"--base {base}", f"not a base of this patch set ({', '.join(ps.bases)})")
+    else:
+        try:
+            base = base_of_version(version, ps)
+        except PatchsetError as e:
+            raise PatchsetError(
+                vfile,
+                e.reason.replace("unsupported torch version", f"unsupported torch version {version}")
+                + "; to apply one anyway: --base X.Y.Z (with --3way if the files differ from that base)",
+            ) from e
     sdir = patches_dir / f"v{base}"
     series = sdir / "series"
     if not series.is_file():
@@ -137,8 +261,12 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
     if dirty:
         shown = ", ".join(l[3:] for l in dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         raise PatchsetError(checkout, f"working tree is not clean ({shown}); commit or stash these first, nothing was changed")
-    progress(f"apply: {checkout} is torch {version} ({vfile.name}); series {sdir} ({len(names)} patches)")
-    applied, skipped = [], []
+    said = f"torch {version} ({vfile.name})"
+    if forced:
+        said += f"; using the v{base} series as --base asks"
+    progress(f"apply: {checkout} is {said}; series {sdir} ({len(names)} patches{', three-way' if three_way else ''})")
+    applied, skipped, merged_names = [], [], []
+    pre = series_preimages(checkout, sdir, names, env) if three_way else None
     try:
         for i, n in enumerate(names, 1):
             info = read_patch_info(sdir / n)
@@ -147,7 +275,31 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
                 progress(f"apply [{i}/{len(names)}] skip {n}: {why}")
                 skipped.append((n, why))
                 continue
-            r = gitutil.git("am", "--no-3way", "--keep-non-patch", "--quiet", (sdir / n).resolve(), cwd=checkout, env=env, check=False)
+            path = (sdir / n).resolve()
+            merged = False
+            if three_way and not gitutil.git("apply", "--check", path, cwd=checkout, env=env, check=False).ok:
+                missing = missing_base_blobs(checkout, pre, n, env)
+                if missing:
+                    _restore(checkout, orig, env)
+                    f, blob = missing[0]
+                    raise PatchsetError(
+                        sdir / n,
+                        f"does not apply to {checkout} as it is, and --3way needs the pristine torch {base} version of {f} "
+                        f"(blob {blob[:12]}), which this checkout lacks"
+                        + (f" (also: {', '.join(x for x, _ in missing[1:])})" if len(missing) > 1 else "")
+                        + f"; fetch the v{base} release into it (a PyTorch clone has it); HEAD restored to {orig[:12]}, nothing was changed",
+                    )
+                merged = True
+            r = gitutil.git("am", "--3way" if merged else "--no-3way", "--keep-non-patch", "--quiet", path, cwd=checkout, env=env, check=False)
+            if not r.ok and merged:
+                hunks = conflict_hunks(checkout, r.output, env)
+                _restore(checkout, orig, env)
+                raise ConflictError(
+                    sdir / n,
+                    f"three-way merge onto {checkout} conflicts in {len(hunks)} hunk(s) (git am aborted, HEAD restored to "
+                    f"{orig[:12]}, nothing was changed):\n  " + "\n  ".join(map(str, hunks)),
+                    hunks,
+                )
             if not r.ok:
                 file, reason = gitutil.explain_apply_failure(r.output)
                 _restore(checkout, orig, env)
@@ -157,23 +309,27 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
                     + (f" at {file}" if file else "")
                     + f": {reason}; git am aborted and HEAD restored to {orig[:12]}, nothing was changed",
                 )
-            progress(f"apply [{i}/{len(names)}] applied {n}")
+            progress(f"apply [{i}/{len(names)}] applied {n}{' (three-way merge)' if merged else ''}")
             applied.append(n)
+            if merged:
+                merged_names.append(n)
     except BaseException:
         # KeyboardInterrupt or any unexpected failure: same guarantee as a failing patch
         _restore(checkout, orig, env)
         raise
     head = gitutil.rev_parse(checkout, env=env)
-    return ApplyResult(base, version, applied, skipped, orig, head)
+    return ApplyResult(base, version, applied, skipped, orig, head, merged_names)
 
 
 def _cmd_apply(args) -> int:
     sources = Sources(Path(args.repo_root).resolve()) if args.repo_root else Sources()
     patches_dir = Path(args.patches).resolve() if args.patches else sources.patches_dir
-    res = apply_series(Path(args.checkout), patches_dir, sources)
-    print(f"torch {res.version}: applied {len(res.applied)}, skipped {len(res.skipped)} (already there)")
+    res = apply_series(Path(args.checkout), patches_dir, sources, base=args.base, three_way=args.three_way)
+    print(f"torch {res.version}{f' (series v{res.base}, --base)' if args.base else ''}: applied {len(res.applied)}, skipped {len(res.skipped)} (already there)")
     for n, why in res.skipped:
         print(f"  skipped {n}: {why}")
+    for n in res.merged:
+        print(f"  {n}: applied by three-way merge with this checkout's own changes")
     if res.applied:
         print(f"HEAD {res.orig_head[:12]} -> {res.head[:12]}; to undo: git -C {args.checkout} reset --keep {res.orig_head[:12]}")
     return 0
@@ -188,5 +344,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("checkout", help="top directory of a PyTorch git checkout (or of a pristine base clone)")
     p.add_argument("--patches", metavar="DIR", help="directory holding v<base>/series (default: this repo's patches/)")
+    p.add_argument("--base", metavar="X.Y.Z", help="use this base's series whatever the checkout's version says")
+    p.add_argument("--3way", dest="three_way", action="store_true", help="three-way merge a patch that does not apply as it is (a checkout with its own edits)")
     p.add_argument("--repo-root", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_apply)

@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "tools.wheel",  # wheel: patched torch wheel
     "tools.export_pr",  # export-pr
     "tools.demo",  # demo: show each landed pass firing
+    "tools.port",  # port: carry the hooks to a new torch release
 ]
 
 

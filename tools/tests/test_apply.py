@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tools.apply import apply_series, detect_version
+from tools.apply import ConflictError, apply_series, detect_version
 from tools.common import PatchsetError, REPO_ROOT
 from tools.tests.conftest import git, tree_state
 
@@ -204,3 +204,95 @@ def test_apply_interrupted_midway_restores(fake_generated, tmp_path, monkeypatch
         _apply(fp, co)
     assert len(ams) == 2
     assert tree_state(co) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# --base and --3way: a fork with its own edits, a version we have no series for
+
+
+def _commit_edit(co, rel, old, new, msg="fork: local edit"):
+    p = co / rel
+    text = p.read_text()
+    assert old in text, old
+    p.write_text(text.replace(old, new, 1))
+    git(co, "commit", "-qam", msg)
+
+
+def test_3way_applies_over_a_local_edit_that_plain_am_refuses(fake_generated, tmp_path):
+    """The fork changed option_4 and option_29, inside alpha's and beta's hunk context: plain am refuses,
+    the merge applies both. beta's pre-image of config.py is 2.13.0 + alpha, a blob no checkout has: it is
+    computed from the pristine blob and the series."""
+    fp = fake_generated
+    co = fp.checkout("2.13.0", tmp_path / "pytorch")
+    _commit_edit(co, "torch/_inductor/config.py", "option_4 = 4  #", "option_4 = 44  # fork default;")
+    _commit_edit(co, "torch/_inductor/config.py", "option_29 = 29  #", "option_29 = 290  # fork default;")
+    before = tree_state(co)
+    with pytest.raises(PatchsetError, match="inductor-alpha.patch"):
+        _apply(fp, co)
+    assert tree_state(co) == before
+    res = apply_series(co, fp.patches_dir, fp.sources, three_way=True)
+    assert res.applied == ["inductor-alpha.patch", "inductor-beta.patch", "inductor-gamma.patch"]
+    assert res.merged == ["inductor-alpha.patch", "inductor-beta.patch"]
+    cfg = (co / "torch/_inductor/config.py").read_text()
+    assert "option_4 = 44  # fork default;" in cfg and "option_5 = 5  # an upstream config option\nalpha = False" in cfg
+    assert "option_29 = 290  # fork default;" in cfg and "option_30 = 30  # an upstream config option\nbeta = False" in cfg
+    assert git(co, "status", "--porcelain") == "" and not (co / ".git" / "rebase-apply").exists()
+
+
+def test_3way_conflict_is_reported_per_hunk_and_leaves_the_tree_as_it_was(fake_generated, tmp_path):
+    fp = fake_generated
+    co = fp.checkout("2.13.0", tmp_path / "pytorch")
+    # the fork put its own line exactly where beta's config hook goes (alpha, earlier in the series, merges)
+    _commit_edit(co, "torch/_inductor/config.py", "option_30 = 30  # an upstream config option\n", "option_30 = 30  # an upstream config option\nfork_beta = 1\n")
+    before = tree_state(co)
+    with pytest.raises(ConflictError) as ei:
+        apply_series(co, fp.patches_dir, fp.sources, three_way=True)
+    e = ei.value
+    assert e.where == str(fp.patches_dir / "v2.13.0" / "inductor-beta.patch")
+    (h,) = e.hunks
+    # option_30 is line 31 of 2.13.0; alpha's line above it makes it 32, and the conflict block follows it
+    assert h.file == "torch/_inductor/config.py" and h.first == 33 and h.last > h.first
+    assert "both change these lines" in h.reason
+    assert "torch/_inductor/config.py:33-" in e.reason and "nothing was changed" in e.reason
+    assert tree_state(co) == before  # HEAD (alpha's commit undone), refs, index, files; no rebase-apply
+
+
+def test_3way_without_the_base_blobs_names_patch_and_file(fake_generated, tmp_path):
+    """A checkout whose history never had the pristine blobs (a fresh repo of edited files)."""
+    fp = fake_generated
+    src = fp.checkout("2.13.0", tmp_path / "src")
+    co = tmp_path / "fork"
+    co.mkdir()
+    git(co, "init", "-q")
+    for p in src.rglob("*"):
+        if p.is_file() and ".git" not in p.relative_to(src).parts:
+            (co / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            (co / p.relative_to(src)).write_bytes(p.read_bytes())
+    cfg = co / "torch/_inductor/config.py"
+    cfg.write_text(cfg.read_text().replace("option_4 = 4  #", "option_4 = 44  #"))
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "fork without upstream history")
+    before = tree_state(co)
+    with pytest.raises(PatchsetError) as ei:
+        apply_series(co, fp.patches_dir, fp.sources, three_way=True)
+    assert ei.value.where == str(fp.patches_dir / "v2.13.0" / "inductor-alpha.patch")
+    assert "pristine torch 2.13.0 version of torch/_inductor/config.py" in ei.value.reason and "lacks" in ei.value.reason
+    assert tree_state(co) == before
+
+
+def test_base_overrides_an_unknown_version_txt(fake_generated, tmp_path):
+    fp = fake_generated
+    co = fp.checkout("2.13.0", tmp_path / "pytorch")
+    (co / "version.txt").write_text("2.14.0a0\n")
+    git(co, "add", "version.txt")
+    git(co, "commit", "-qm", "main moved on")
+    with pytest.raises(PatchsetError, match="--base X.Y.Z"):
+        _apply(fp, co)
+    with pytest.raises(PatchsetError) as ei:
+        apply_series(co, fp.patches_dir, fp.sources, base="2.12.0")
+    assert ei.value.where == "--base 2.12.0"
+    env = dict(os.environ, TORCH_PATCHSET_CACHE=str(fp.cache))
+    r = subprocess.run([sys.executable, "-m", "tools", "apply", str(co), "--base", "2.13.0", "--repo-root", str(fp.root)], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "torch 2.14.0a0 (series v2.13.0, --base): applied 3" in r.stdout
+    assert "using the v2.13.0 series as --base asks" in r.stderr

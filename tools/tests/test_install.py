@@ -235,7 +235,7 @@ def test_real_series_on_real_torch(tmp_path):
     assert ft.tree_digest(site, skip_pycache=True) == before
 
 
-@pytest.mark.parametrize("base", ["2.11.0", "2.13.0", "2.15.0"])
+@pytest.mark.parametrize("base", ["2.11.0", "2.13.0", "2.14.1", "2.15.0"])
 def test_real_series_strict_applier_matches_git_am(base, tmp_path):
     """install/wheel's own applier gives byte for byte what `git am` gives on the pristine base tree."""
     from tools.common import CACHE_DIR

@@ -1,0 +1,193 @@
+"""port: carry hook diffs to a new (fake) torch release by three-way merge."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import bases as bases_mod
+from tools.common import REPO_ROOT, PatchsetError
+from tools.port import add_base_to_toml, port, report, source_candidates
+from tools.series import check, generate
+from tools.tests.conftest import HOOK_EDITS, FakePatchset, dir_bytes, fake_torch_files, make_hook_diff, make_wheel
+
+NEW = "2.14.0"
+
+
+def _new_base(fp: FakePatchset, tmp_path: Path, edit) -> FakePatchset:
+    """A cache of its own: the session's pristine 2.11.0/2.13.0 (linked, read only) plus a 2.14.0 wheel whose
+    files are ``edit(fake_torch_files('2.14.0'))``. Returns the fake patch set pointed at it."""
+    cache = tmp_path / "cache"
+    (cache / "bases").mkdir(parents=True)
+    for b in fp.bases:
+        (cache / "bases" / f"v{b}").symlink_to(fp.base_tree(b))
+    files = fake_torch_files(NEW)
+    edit(files)
+    make_wheel(cache / "wheels" / f"torch-{NEW}-py3-none-any.whl", NEW, files)
+    return FakePatchset(fp.root, cache)
+
+
+def _expected_hook(fp: FakePatchset, patch: str, tmp_path: Path) -> str:
+    """The hook made the documented way (edit a clone of the new pristine tree, git diff)."""
+    return make_hook_diff(bases_mod.base_tree(NEW, fp.cache), HOOK_EDITS[patch], tmp_path / "expected")
+
+
+def _hook(fp: FakePatchset, patch: str, base: str = NEW) -> Path:
+    return fp.root / "hooks" / patch / f"v{base}.diff"
+
+
+def _report(fp, res) -> str:
+    import io
+
+    buf = io.StringIO()
+    report(res, fp.sources, out=buf)
+    return buf.getvalue()
+
+
+def test_nearest_base_is_lower_then_higher():
+    assert source_candidates("2.14.1", ["2.11.0", "2.13.0", "2.15.0"]) == ["2.13.0", "2.15.0"]
+    assert source_candidates("2.10.0", ["2.11.0", "2.13.0"]) == ["2.11.0"]
+    assert source_candidates("2.16.0", ["2.11.0", "2.15.0", "2.13.0"]) == ["2.15.0"]
+    assert source_candidates("2.13.0", ["2.11.0", "2.13.0", "2.9.1"]) == ["2.11.0"]  # version order, not text order
+
+
+def test_clean_carry_writes_the_same_hooks_as_by_hand(fake_patchset, tmp_path):
+    def edit(files):  # an upstream change far from every hunk
+        files["torch/_inductor/config.py"] = files["torch/_inductor/config.py"].replace("option_20 = 20", "option_20 = 2020")
+
+    fp = _new_base(fake_patchset, tmp_path, edit)
+    toml = fp.toml()
+    res = port(NEW, fp.sources, fp.cache)
+    st = {p.patch: p.status for p in res.patches}
+    assert st == {"inductor-alpha": "wrote", "inductor-beta": "wrote", "inductor-gamma": "no-hook"}
+    for name in ("inductor-alpha", "inductor-beta"):
+        assert _hook(fp, name).read_text() == _expected_hook(fp, name, tmp_path)
+    assert all(p.carry.source == "2.13.0" for p in res.patches if p.carry)
+    assert res.needs_hand_work == [] and fp.toml() == toml  # no --write: toml untouched
+    out = _report(fp, res)
+    assert "offset +0" in out and f'add "{NEW}" to bases of [patchset], inductor-alpha, inductor-beta, inductor-gamma' in out and "python -m tools generate --base 2.14.0" in out
+
+
+def test_moved_context_carries_with_offsets_and_write_makes_a_checked_base(fake_patchset, tmp_path):
+    def edit(files):  # upstream grew 10 lines above every hunk
+        for f in ("torch/_inductor/config.py", "torch/_inductor/fx_passes/post_grad.py"):
+            files[f] = "".join(f"# new upstream line {i}\n" for i in range(10)) + files[f]
+
+    fp = _new_base(fake_patchset, tmp_path, edit)
+    res = port(NEW, fp.sources, fp.cache, write=True)
+    for name in ("inductor-alpha", "inductor-beta"):
+        assert _hook(fp, name).read_text() == _expected_hook(fp, name, tmp_path)
+    moved = [m for p in res.patches if p.carry for m in p.carry.moved]
+    assert len(moved) == 3 and all(m.endswith("offset +10") for m in moved), moved
+    assert 'torch/_inductor/config.py: hunk at line 4 (v2.13.0) -> line 14 (v2.14.0)' in moved[0]
+    # --write: the base is in [patchset] and in every ported patch (gamma only adds files: ported too)
+    ps = fp.sources.load()
+    assert NEW in ps.bases and all(NEW in p.bases for p in ps.patches)
+    assert ps.bases == ("2.11.0", "2.13.0", NEW)
+    generate(fp.sources, [NEW], fp.cache, warn=lambda m: None)
+    assert check(fp.sources, [NEW], fp.cache) == []
+
+
+def test_conflict_is_reported_with_file_line_reason_and_nothing_written(fake_patchset, tmp_path):
+    def edit(files):  # upstream added a line exactly where alpha's hook inserts its own
+        files["torch/_inductor/config.py"] = files["torch/_inductor/config.py"].replace(
+            "option_5 = 5  # an upstream config option\n", "option_5 = 5  # an upstream config option\nalpha_upstream = 1\n"
+        )
+
+    fp = _new_base(fake_patchset, tmp_path, edit)
+    toml = fp.toml()
+    res = port(NEW, fp.sources, fp.cache, write=True, workdir=tmp_path / "wd")
+    by = {p.patch: p for p in res.patches}
+    assert by["inductor-alpha"].status == "conflict" and by["inductor-beta"].status == "wrote"
+    assert not _hook(fp, "inductor-alpha").exists()
+    (issue,) = by["inductor-alpha"].carry.issues
+    assert issue.file == "torch/_inductor/config.py"
+    assert issue.line == 7  # where upstream's new line sits in 2.14.0
+    assert issue.hunk.startswith("@@ -4,") and "conflict" in issue.reason and "context" in issue.reason
+    assert "<<<<<<< hooked v2.13.0\nalpha = False  # TORCHINDUCTOR_ALPHA\n" in issue.conflict
+    assert "=======\nalpha_upstream = 1\n>>>>>>> v2.14.0" in issue.conflict
+    out = _report(fp, res)
+    assert "inductor-alpha: NEEDS HAND WORK from v2.13.0: 1 hunk(s); nothing written" in out
+    assert "HAND WORK: torch/_inductor/config.py:7: hook hunk @@ -4," in out
+    # the work tree to finish it in has the markers; alpha is left out of the toml, beta and gamma are in
+    assert "<<<<<<< hooked v2.13.0" in (tmp_path / "wd" / "inductor-alpha" / "torch/_inductor/config.py").read_text()
+    ps = fp.sources.load()
+    assert NEW in ps.bases
+    assert {p.name for p in ps.patches if NEW in p.bases} == {"inductor-beta", "inductor-gamma"}
+    assert fp.toml() != toml
+    # the CLI exits 1 and says so
+    r = subprocess.run(
+        [sys.executable, "-m", "tools", "port", NEW, "--repo-root", str(fp.root)],
+        cwd=REPO_ROOT, env=dict(os.environ, TORCH_PATCHSET_CACHE=str(fp.cache)), capture_output=True, text=True,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "1 need hand work (inductor-alpha)" in r.stdout and "already says the same" in r.stdout
+
+
+def test_missing_file_is_reported_per_hunk(fake_patchset, tmp_path):
+    def edit(files):
+        files["torch/_inductor/fx_passes/pattern_passes.py"] = files.pop("torch/_inductor/fx_passes/post_grad.py")
+
+    fp = _new_base(fake_patchset, tmp_path, edit)
+    res = port(NEW, fp.sources, fp.cache)
+    by = {p.patch: p for p in res.patches}
+    assert by["inductor-alpha"].status == "wrote" and by["inductor-beta"].status == "conflict"
+    (issue,) = by["inductor-beta"].carry.issues
+    assert issue.file == "torch/_inductor/fx_passes/post_grad.py" and issue.line is None
+    assert issue.reason == "file missing in torch 2.14.0"
+    assert not _hook(fp, "inductor-beta").exists()
+
+
+def test_rerun_keeps_a_different_hook_unless_forced(fake_patchset, tmp_path):
+    fp = _new_base(fake_patchset, tmp_path, lambda files: None)
+    port(NEW, fp.sources, fp.cache)
+    again = port(NEW, fp.sources, fp.cache)
+    assert {p.patch: p.status for p in again.patches}["inductor-alpha"] == "unchanged"
+    h = _hook(fp, "inductor-alpha")
+    carried = h.read_text()
+    h.write_text(carried.replace("alpha = False", "alpha = True"))  # finished by hand
+    kept = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"])
+    assert [p.status for p in kept.patches] == ["kept"] and "alpha = True" in h.read_text()
+    forced = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"], force=True)
+    assert [p.status for p in forced.patches] == ["wrote"] and h.read_text() == carried
+    port(NEW, fp.sources, fp.cache, write=True)
+    assert "already lists 2.14.0 in [patchset] and every patch here" in _report(fp, port(NEW, fp.sources, fp.cache))
+
+
+def test_unknown_version_is_an_error_that_changes_nothing(fake_patchset, tmp_path, monkeypatch):
+    fp = _new_base(fake_patchset, tmp_path, lambda files: None)
+    before = dir_bytes(fp.root)
+    with pytest.raises(PatchsetError) as ei:
+        port("2.14", fp.sources, fp.cache)
+    assert ei.value.where == "torch 2.14" and "X.Y.Z" in ei.value.reason
+    # no such release: pip (offline here) finds no wheel
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    with pytest.raises(PatchsetError) as ei:
+        port("2.99.0", fp.sources, fp.cache, write=True)
+    assert ei.value.where == "torch 2.99.0" and "cannot get its wheel" in ei.value.reason
+    with pytest.raises(PatchsetError, match="not a base of this patch set"):
+        port(NEW, fp.sources, fp.cache, from_base="2.12.0")
+    with pytest.raises(PatchsetError, match="no such patch"):
+        port(NEW, fp.sources, fp.cache, only=["inductor-omega"])
+    assert dir_bytes(fp.root) == before
+    assert not bases_mod.base_tree("2.99.0", fp.cache).exists()
+
+
+def test_add_base_to_toml_edits_only_the_bases_lines(fake_patchset):
+    text = fake_patchset.toml()
+    new = add_base_to_toml(text, "2.12.0", ["inductor-gamma"], Path("patchset.toml"))
+    changed = [(a, b) for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
+    assert changed == [
+        ('bases = ["2.11.0", "2.13.0"]', 'bases = ["2.11.0", "2.12.0", "2.13.0"]'),
+        ('bases = ["2.13.0"]', 'bases = ["2.12.0", "2.13.0"]'),
+    ]
+    with pytest.raises(PatchsetError, match="inductor-omega"):
+        add_base_to_toml(text, "2.12.0", ["inductor-omega"], Path("patchset.toml"))
