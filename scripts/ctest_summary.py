@@ -1,0 +1,76 @@
+"""Per-base and per-suite counts of the last CTest run: ``python scripts/ctest_summary.py BUILD_DIR``.
+
+Reads ``BUILD_DIR/Testing/Temporary/LastTest.log`` (CTest keeps every test's output there) and prints one row per
+suite with pytest's passed/failed/skipped counts and time, grouped by base (tests named ``v<base>/...``; the rest,
+``tools_tests``, ``csrc.*``, ``patchset_check``, ``wheel_smoke``, run once), then one total line per base.
+Exit status 0; it only reports (CTest's own exit status is the verdict).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
+_KEYS = ("passed", "failed", "skipped", "error")
+
+
+def parse(log: str) -> list[dict]:
+    """One dict per test: name, status, seconds, and pytest's counts when it is a pytest run."""
+    rows = []
+    for block in re.split(r"^\d+/\d+ Testing: ", log, flags=re.M)[1:]:
+        name = block.splitlines()[0].strip()
+        out = block.partition("\nOutput:\n")[2].partition("<end of output>")[0]
+        seconds = re.search(r"^Test time =\s*([\d.]+) sec", block, re.M)
+        status = "passed" if re.search(r"^Test Passed\.", block, re.M) else "FAILED"
+        counts: dict[str, int] = {}
+        # pytest's closing line, e.g. "== 43 passed, 2 skipped, 14 warnings in 33.5s ==" or "1 failed, 2 passed in 3s"
+        for line in reversed(out.splitlines()):
+            if re.search(r"\b(passed|failed|skipped|errors?)\b", line) and re.search(r" in [\d.]+s\b", line):
+                for n, what in _COUNT.findall(line):
+                    key = "error" if what.startswith("error") else what
+                    counts[key] = counts.get(key, 0) + int(n)
+                break
+        rows.append({"name": name, "status": status, "seconds": float(seconds.group(1)) if seconds else 0.0,
+                     "counts": counts})
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        base, sep, suite = r["name"].partition("/")
+        groups[base if sep else "once"].append({**r, "suite": suite if sep else r["name"]})
+    lines = [f"{'base':<9} {'suite':<42} {'status':<7} {'passed':>6} {'failed':>6} {'skipped':>7} {'error':>5} {'time':>7}"]
+    totals = []
+    for base in sorted(groups, key=lambda b: (b == "once", b)):
+        tot = dict.fromkeys(_KEYS, 0)
+        secs = 0.0
+        for r in sorted(groups[base], key=lambda r: r["suite"]):
+            c = r["counts"]
+            for k in _KEYS:
+                tot[k] += c.get(k, 0)
+            secs += r["seconds"]
+            cells = [str(c.get(k, "-")) if c else "-" for k in _KEYS]
+            lines.append(f"{base:<9} {r['suite']:<42} {r['status']:<7} {cells[0]:>6} {cells[1]:>6} {cells[2]:>7} "
+                         f"{cells[3]:>5} {r['seconds']:>6.0f}s")
+        failed_suites = sum(r["status"] != "passed" for r in groups[base])
+        totals.append(f"{base}: {len(groups[base])} suites ({failed_suites} failed), {tot['passed']} passed, "
+                      f"{tot['failed']} failed, {tot['skipped']} skipped, {tot['error']} errors, {secs:.0f}s of test time")
+    return "\n".join(lines + ["", "per base:"] + [f"  {t}" for t in totals])
+
+
+def main(argv: list[str]) -> int:
+    build = Path(argv[1] if len(argv) > 1 else "build")
+    log = build / "Testing" / "Temporary" / "LastTest.log"
+    if not log.is_file():
+        print(f"ctest_summary: {log}: no CTest log (did ctest run?)", file=sys.stderr)
+        return 0
+    print(render(parse(log.read_text(errors="replace"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
