@@ -84,6 +84,6 @@ case "$cmd" in
     [ -x "$PY" ] && "$PY" -m tools uninstall
     rm -rf "$BUILD" ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2 ;;
 esac
