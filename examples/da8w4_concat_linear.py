@@ -4,7 +4,8 @@ with ``config.cpp.enable_concat_linear`` and freezing.
 
 Uses our CPU kernel (csrc/, loaded through csrc/da8w4_linear_cpu.py) when it
 is built, at Llama-3.1-8B QKV shapes; otherwise the pure-PyTorch reference
-from the pass's test at small shapes (the timing then means little).
+from the pass's test at small shapes. Shows what fired (counters, the
+generated call and split); timings live in benchmarks/README.md.
 
 Run in an environment with the patch set installed:
     python -m tools demo            (or: python examples/da8w4_concat_linear.py)
@@ -12,8 +13,6 @@ Run in an environment with the patch set installed:
 
 import importlib.util
 import os
-import statistics
-import time
 
 import torch
 from torch._dynamo.utils import counters
@@ -52,17 +51,6 @@ def _compile(mod, x, concat):
     return fn, out, code, dict(counters["inductor"])
 
 
-def _time(fn, x, rounds=15):
-    fn(x)
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(5):
-            fn(x)
-        samples.append((time.perf_counter() - t0) / 5)
-    return statistics.median(samples)
-
-
 def main():
     backend, test, real = _ops()
     k, ns, m = (4096, [4096, 1024, 1024], 4) if real else (256, [128, 64, 64], 4)
@@ -94,11 +82,9 @@ def main():
             print("   ", line[:200])
         same = all(torch.equal(a, b) for a, b in zip(stock_out, fused_out))
         print(f"outputs bit-identical to the unfused compile: {same}")
-        t_stock = _time(stock, x)
-        t_fused = _time(fused, x)
     print(
-        f"median per forward: stock {t_stock * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms, "
-        f"ratio {t_stock / t_fused:.2f}x (this machine, shared cores: noisy)"
+        "speed: not measured here (one run on shared cores says nothing); paired, repeated "
+        "measurements: benchmarks/README.md, section da8w4 concat-linear"
     )
 
 

@@ -33,6 +33,7 @@ python3 -m venv "$WORK/venv"
 V="$WORK/venv/bin/python"
 # a real pip install with dependency resolution (deps from the configured index / pip cache)
 grep -vE '^(cmake|ninja)' "$ROOT/requirements-dev.txt" > "$WORK/requirements-test.txt"
+log "fresh venv: pip install $(basename "$patched") + test requirements (about a minute)"
 "$V" -m pip install -q "$patched" -r "$WORK/requirements-test.txt"
 log "fresh venv + pip install took $((SECONDS - t1))s"
 
@@ -47,6 +48,19 @@ print(f"torch {torch.__version__} from {torch.__file__}; patch set {info.name} {
 PY
 
 if [ $# -eq 0 ]; then set -- "$ROOT"/test/inductor/test_*.py; fi
-log "running ${#} test file(s) against the wheel-installed torch"
+log "running ${#} test file(s) against the wheel-installed torch, one at a time"
 cd "$ROOT"   # so test/conftest.py is picked up, like upstream
-exec "$V" -m pytest -q -p no:cacheprovider --continue-on-collection-errors "$@"
+i=0; failed=()
+for t in "$@"; do
+  i=$((i + 1)); t2=$SECONDS
+  log "[$i/$#] ${t#"$ROOT"/} ..."
+  if "$V" -m pytest -q -p no:cacheprovider "$t" > "$WORK/pytest-$i.txt" 2>&1; then
+    log "[$i/$#] ${t#"$ROOT"/}: $(tail -n1 "$WORK/pytest-$i.txt") ($((SECONDS - t2))s)"
+  else
+    cat "$WORK/pytest-$i.txt"
+    log "[$i/$#] ${t#"$ROOT"/}: FAILED: $(tail -n1 "$WORK/pytest-$i.txt") ($((SECONDS - t2))s)"
+    failed+=("${t#"$ROOT"/}")
+  fi
+done
+log "done in $((SECONDS - t0))s: $(( $# - ${#failed[@]} )) of $# test file(s) passed${failed:+; failed: ${failed[*]}}"
+[ ${#failed[@]} -eq 0 ]

@@ -22,8 +22,16 @@ SUBCOMMAND_MODULES = [
 ]
 
 
+DESCRIPTION = """\
+The inductor patch set's one CLI: make and check the patch series (bases, generate, check), put it onto a
+PyTorch checkout (apply), onto this environment's torch (install, uninstall, status) or into a torch wheel
+(wheel), export upstream PRs (export-pr) and run the feature demos (demo).
+`python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
         try:

@@ -97,13 +97,14 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
 _VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)")
 
 
-def base_of_version(version: str, patchset: Patchset | None = None) -> str:
-    """'2.11.0+cu130' -> '2.11.0'; raises PatchsetError for a version the patch set has no series for."""
+def base_of_version(version: str, patchset: Patchset | None = None, where: str | os.PathLike | None = None) -> str:
+    """'2.11.0+cu130' -> '2.11.0'; raises PatchsetError for a version the patch set has no series for.
+    ``where``: the file the version was read from (named in the error)."""
     m = _VERSION_RE.match(version)
     patchset = patchset or load_patchset()
     if not m or m.group(1) not in patchset.bases:
         raise PatchsetError(
-            f"torch {version}",
-            f"unsupported torch version: this patch set has series for {', '.join(patchset.bases)}",
+            where or f"torch {version}",
+            f"unsupported torch version {version}: this patch set has series for {', '.join(patchset.bases)}",
         )
     return m.group(1)

@@ -2,13 +2,14 @@
 
 A feature's demo is ``examples/<patch name without 'inductor-', dashes as underscores>.py`` (for example
 ``inductor-cat-linear-fused`` -> ``examples/cat_linear_fused.py``), or the path in its ``[[patch]]`` table's
-optional ``demo`` key. Each script defines ``main()`` (counters, a snippet of generated code, before/after
-timing); it is run in its own process as ``runpy.run_path(script)["main"]()``. A missing demo is reported, not
+optional ``demo`` key. Each script defines ``main()`` (what fired: counters, a FileCheck-able snippet of the
+generated code; no timings, those are in benchmarks/README.md); it is run in its own process as ``runpy.run_path(script)["main"]()``. A missing demo is reported, not
 fatal (unless ``--strict``); other ``examples/*.py`` are run after the features'.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,12 @@ from tools.install import State, find_site_packages, verify_manifest
 
 EXAMPLES_DIR = REPO_ROOT / "examples"
 RUNNER = "import runpy, sys; m = runpy.run_path(sys.argv[1]); m['main']() if 'main' in m else sys.exit('no main()')"
+# Warnings the demos cause on purpose and that say nothing about the patch set (PYTHONWARNINGS syntax). Anything
+# else, torch's own log lines and the warnings the demos are about, is left alone.
+KNOWN_HARMLESS_WARNINGS = (
+    # demos compile with force_disable_caches so every variant really compiles
+    "ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches:UserWarning",
+)
 
 
 def demo_scripts(metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) -> list[tuple[str, Path]]:
@@ -61,7 +68,9 @@ def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None =
             continue
         t = time.monotonic()
         try:
-            r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], cwd=REPO_ROOT, timeout=timeout)
+            warn = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), *KNOWN_HARMLESS_WARNINGS]))
+            r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], cwd=REPO_ROOT, timeout=timeout,
+                               env={**os.environ, "PYTHONWARNINGS": warn})
             status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
         except subprocess.TimeoutExpired:
             status = f"FAILED (timeout {timeout}s)"

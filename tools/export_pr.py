@@ -29,14 +29,19 @@ from tools.series import Sources, commit_message, patch_date, upstream_git_versi
 MARKER = ".export-pr"
 
 
+def heading_key(text: str) -> str:
+    """Words only, lower case, joined by '-': 'micro_pipeline_tp slice/cat' and 'Micro-pipeline TP: slice-cat'
+    both give 'micro-pipeline-tp-slice-cat'; markdown code ticks and punctuation do not matter."""
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
 def benchmark_section(readme: Path, patch: PatchMeta) -> str | None:
-    """The section of benchmarks/README.md whose heading names the patch or one of its overlay modules."""
+    """The first section of benchmarks/README.md whose heading names the patch or one of its overlay modules.
+    Names match whole words in any spelling (``_``, ``-``, spaces, ``/``): see ``heading_key``."""
     if not readme.is_file():
         return None
-    keys = {patch.name.lower(), patch.name.removeprefix("inductor-").lower()}
-    keys |= {Path(o).stem.lower() for o in patch.overlay}
-    norm = lambda s: s.lower().replace("_", "-")
-    keys = {norm(k) for k in keys if k}
+    keys = {patch.name, patch.name.removeprefix("inductor-")} | {Path(o).stem for o in patch.overlay}
+    keys = {heading_key(k) for k in keys} - {""}
     lines = readme.read_text().splitlines()
     start = level = None
     in_code = False
@@ -49,7 +54,8 @@ def benchmark_section(readme: Path, patch: PatchMeta) -> str | None:
         if not m:
             continue
         if start is None:
-            if any(k in norm(m.group(2)) for k in keys):
+            words = f"-{heading_key(m.group(2))}-"
+            if any(f"-{k}-" in words for k in keys):
                 start, level = i, len(m.group(1))
         elif len(m.group(1)) <= level:
             return "\n".join(lines[start + 1 : i]).strip() or None

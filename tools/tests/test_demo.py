@@ -37,3 +37,49 @@ def test_demo(tmp_path, monkeypatch, capsys):
     assert demo.run_demos(only=["feature-a"], **kw) == 0
     assert demo.run_demos(strict=True, only=["feature-a", "feature-b"], **kw) == 1
 
+
+
+def test_demo_filters_only_known_harmless_warnings(tmp_path, monkeypatch, capfd):
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    meta.write_text(meta.read_text() + '\n[[patch]]\nname = "inductor-noisy"\nsubject = "s"\ncategory = "c"\n'
+                    'upstream-status = "Pending"\nbases = ["2.13.0"]\nlast-update = "2026-01-01"\nbody = "b"\n')
+    ex = tmp_path / "examples"
+    ex.mkdir()
+    (ex / "noisy.py").write_text(
+        "import warnings\n"
+        "def main():\n"
+        "    warnings.warn('dynamo_pgo force disabled by torch.compiler.config.force_disable_caches', UserWarning)\n"
+        "    warnings.warn('something the user must see', UserWarning)\n"
+        "    print('OUR-OUTPUT')\n")
+    monkeypatch.setattr(demo, "find_site_packages", lambda: site)
+    assert install(site, patches, meta) == 0
+    capfd.readouterr()
+    assert demo.run_demos(metadata=meta, examples=ex) == 0
+    out, err = capfd.readouterr()
+    assert "OUR-OUTPUT" in out and "something the user must see" in err
+    assert "dynamo_pgo" not in err
+
+
+def test_feature_demos_show_what_fired_not_timings():
+    """Issue #11: one timing on a shared machine contradicted the README; the demos show counters and
+    FileCheck-able code and point to benchmarks/README.md for speed."""
+    for name in ("cat_linear_fused", "da8w4_concat_linear"):
+        src = (demo.EXAMPLES_DIR / f"{name}.py").read_text()
+        assert "perf_counter" not in src and "benchmarks/README.md" in src, name
+    assert "FileCheck" in (demo.EXAMPLES_DIR / "cat_linear_fused.py").read_text()
+
+
+def test_wheel_smoke_prints_progress(tmp_path):
+    """wheel_smoke.sh says what it does before each long step (here it stops at the build: the fake wheel's
+    version has no series)."""
+    import subprocess
+
+    whl = ft.make_wheel(tmp_path / "w", version="9.9.0+cpu")
+    r = subprocess.run(["bash", str(ft.REPO / "scripts/wheel_smoke.sh"), str(tmp_path / "work")],
+                       env={**__import__("os").environ, "TORCH_WHEEL": str(whl)}, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0
+    assert f"[wheel_smoke] building the patched wheel from {whl}" in r.stderr
+    assert "unsupported torch version 9.9.0+cpu" in r.stderr

@@ -80,3 +80,38 @@ def test_benchmark_section_matches_overlay_module(fake_patchset, tmp_path):
     readme.write_text("# B\n\n```\n## alpha inside code is not a heading\n```\n\n### Alpha pass (CPU)\nrow\n#### detail\nmore\n## Next\nno\n")
     assert benchmark_section(readme, alpha) == "row\n#### detail\nmore"
     assert benchmark_section(tmp_path / "missing.md", alpha) is None
+
+
+@pytest.mark.parametrize(
+    "heading",
+    ["## alpha", "## fx_passes alpha", "### The `alpha` pass (CPU)", "## inductor_alpha", "## Inductor Alpha: results"],
+)
+def test_benchmark_section_any_spelling(fake_patchset, tmp_path, heading):
+    from tools.common import load_patchset
+
+    alpha = load_patchset(fake_patchset.root / "patchset.toml").patches[0]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# B\n\n## alphabet soup\nnot this\n\n{heading}\nthe rows\n\n## beta\nno\n")
+    assert benchmark_section(readme, alpha) == "the rows"
+
+
+def test_benchmark_section_word_boundaries(tmp_path):
+    """A patch name is matched as whole words: 'cat-linear' must not pick the 'concat-linear' section."""
+    from tools.common import PatchMeta
+
+    p = PatchMeta("inductor-cat-linear", "s", "upstreamable", "Pending", ("2.13.0",), (), ("t.py",), "2026-01-01", "b")
+    readme = tmp_path / "README.md"
+    readme.write_text("## da8w4 concat-linear\nwrong\n\n## cat_linear\nright\n")
+    assert benchmark_section(readme, p) == "right"
+
+
+def test_real_readme_has_a_section_per_patch():
+    """What issue #11 found: every real patch's PR.md gets its own measured results from benchmarks/README.md."""
+    from tools.common import PATCHSET_TOML, REPO_ROOT, load_patchset
+
+    readme = REPO_ROOT / "benchmarks" / "README.md"
+    sections = {}
+    for p in load_patchset(PATCHSET_TOML).patches:
+        sections[p.name] = benchmark_section(readme, p)
+        assert sections[p.name], f"{p.name}: no section in {readme}"
+    assert len(set(sections.values())) == len(sections), "two patches picked the same section"

@@ -28,6 +28,8 @@ def env(tmp_path):
 
 
 def cli(site, patches, meta, *args, **kw):
+    if args[0] == "uninstall":  # needs only what install left in torch
+        return ft.run_tools(*args, "--site-packages", str(site), **kw)
     return ft.run_tools(*args, "--site-packages", str(site), "--patches", str(patches), "--metadata", str(meta), **kw)
 
 
@@ -256,3 +258,124 @@ def test_real_series_strict_applier_matches_git_am(base, tmp_path):
     assert changes
     for rel, (_, after) in changes.items():
         assert after == (clone / rel).read_bytes(), rel
+
+
+# ------------------------------------------------------------------ issue #11
+
+
+def test_errors_name_the_file_and_every_non_pristine_file(env, tmp_path):
+    site, patches, meta, _ = env
+    edited = [site / "torch/_inductor/config.py", site / "torch/_inductor/fx_passes/post_grad.py"]
+    for p in edited:
+        p.write_text(p.read_text() + "# local edit\n")
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert all(str(p) in r.stderr for p in edited) and "not pristine" in r.stderr and "1 more" in r.stderr
+    assert ft.tree_digest(site) == before
+    site2 = ft.make_site(tmp_path / "env2", version="9.9.0+cpu")
+    r = cli(site2, patches, meta, "install")
+    assert r.returncode == 2
+    assert f"error: {site2 / 'torch-9.9.0+cpu.dist-info/METADATA'}: unsupported torch version 9.9.0+cpu" in r.stderr
+
+
+def test_uninstall_restores_bytecode(env):
+    """With bytecode writing on, Python compiles the patched modules; uninstall must leave the pycs as they were
+    (pip compiles stock torch's .pyc at install time: here a first import does it)."""
+    site, patches, meta, _ = env
+    envv = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(site)}
+    code = "import torch._inductor.config, torch._inductor.fx_passes.post_grad"
+    run = lambda: subprocess.run([sys.executable, "-c", code], env=envv, cwd=site, check=True)
+    run()
+    stock_pycs = sorted(site.rglob("*.pyc"))
+    assert any("config" in p.name for p in stock_pycs)
+    before = ft.tree_digest(site)
+    assert cli(site, patches, meta, "install").returncode == 0
+    run()  # compiles the patched config.py and post_grad.py
+    pyc = next((site / "torch/_inductor/__pycache__").glob("config.*.pyc"))
+    assert ft.tree_digest(site)[pyc.relative_to(site).as_posix()] != before[pyc.relative_to(site).as_posix()]
+    r = cli(site, patches, meta, "uninstall")
+    assert r.returncode == 0, r.stderr
+    assert ft.tree_digest(site) == before
+    run()  # the restored stock bytecode is still valid for the restored source: nothing recompiled
+    assert ft.tree_digest(site) == before
+
+
+def _unpack_wheel(whl: Path, site: Path) -> Path:
+    """What pip does with a wheel, for our purpose: its files, RECORD as built."""
+    import zipfile
+
+    with zipfile.ZipFile(whl) as z:
+        z.extractall(site)
+    return site
+
+
+def test_torch_from_patched_wheel_is_recognised(env, tmp_path):
+    from tools.wheel import build_wheel
+
+    _, patches, meta, _ = env
+    whl = build_wheel(ft.make_wheel(tmp_path / "w"), tmp_path / "dist", patches, meta)
+    site = _unpack_wheel(whl, tmp_path / "wheelenv" / "site-packages")
+    before = ft.tree_digest(site)
+    st = cli(site, patches, meta, "status")
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert "inductor-patchset 0.1.0" in st.stdout and "patched wheel" in st.stdout and "not installed" not in st.stdout
+    r = cli(site, patches, meta, "install")  # the same series: nothing to do
+    assert r.returncode == 0 and "nothing to do" in r.stdout, r.stderr
+    (tmp_path / "m2").mkdir()
+    meta2 = ft.write_metadata(tmp_path / "m2", version="0.2.0")
+    r = ft.run_tools("install", "--site-packages", str(site), "--patches", str(patches), "--metadata", str(meta2))
+    assert r.returncode == 2 and "patched wheel" in r.stderr.replace("wheel patched", "patched wheel")
+    assert "pip install --force-reinstall --no-deps torch==2.13.0" in r.stderr and "hunk" not in r.stderr
+    r = cli(site, patches, meta, "uninstall")
+    assert r.returncode == 2 and "pip install --force-reinstall" in r.stderr and "stock torch)" not in r.stdout
+    assert ft.tree_digest(site) == before
+
+
+def test_modified_series_is_reported(tmp_path):
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    ft._git(patches, "init", "-q")
+    ft._git(patches, "add", "-A")
+    ft._git(patches, "commit", "-q", "-m", "series")
+    assert cli(site, patches, meta, "install").returncode == 0
+    st = cli(site, patches, meta, "status")
+    assert "MODIFIED" not in st.stdout and "as committed" in st.stdout
+    assert cli(site, patches, meta, "uninstall").returncode == 0
+    # hand-edit a patch: it still applies, but it is not the series `check` vouched for
+    p = patches / "v2.13.0" / "fake-registry.patch"
+    p.write_text(p.read_text().replace("+REGISTRY = {}", "+REGISTRY = []"))
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 0 and "MODIFIED" in r.stdout and "differs from the committed series" in r.stderr
+    st = cli(site, patches, meta, "status")
+    assert "inductor-patchset 0.1.0 (MODIFIED series)" in st.stdout and "fake-registry.patch" in st.stdout
+    assert "series_state = 'modified'" in (site / INFO_MODULE).read_text()
+
+
+def test_no_lock_file_left_behind(env):
+    import tempfile
+
+    site, patches, meta, _ = env
+    tmpdir = Path(tempfile.gettempdir())
+    before = set(tmpdir.glob("torch-patchset-*.lock"))
+    for cmd in ("install", "status", "uninstall"):
+        assert cli(site, patches, meta, cmd).returncode == 0
+    assert set(tmpdir.glob("torch-patchset-*.lock")) == before
+
+
+def test_help_describes_each_subcommand():
+    r = ft.run_tools("--help")
+    assert r.returncode == 0 and "Subcommand dispatch" not in r.stdout and "error: <file>: <reason>" in r.stdout
+    for cmd, words in {"install": "RECORD", "uninstall": "byte for byte", "status": "MODIFIED",
+                       "wheel": "local version"}.items():
+        r = ft.run_tools(cmd, "--help")
+        assert r.returncode == 0 and words in r.stdout, (cmd, r.stdout)
+    r = ft.run_tools("uninstall", "--patches", "x")
+    assert r.returncode == 2 and "unrecognized arguments: --patches" in r.stderr
+
+
+def test_dev_sh_usage():
+    r = subprocess.run(["bash", str(REPO / "scripts/dev.sh")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "Usage: bash scripts/dev.sh <command>" in r.stderr and "set -euo" not in r.stderr

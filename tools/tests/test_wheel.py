@@ -142,3 +142,111 @@ def test_real_wheel_matches_install(tmp_path):
             if e["path"] != INFO_MODULE:
                 assert zo.read(e["path"]) == (site / e["path"]).read_bytes(), e["path"]
     assert ft.run_tools("uninstall", "--site-packages", str(site)).returncode == 0
+
+
+# ------------------------------------------------------------------ issue #11: bad input, partial output
+
+
+def _with_stored_member(whl: Path, dst: Path, member: str) -> Path:
+    """A copy of the wheel with `member` stored (uncompressed), so its bytes can be damaged in place."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(whl) as zi, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zo:
+        for i in zi.infolist():
+            zo.writestr(i, zi.read(i), compress_type=zipfile.ZIP_STORED if i.filename == member else zipfile.ZIP_DEFLATED)
+    return dst
+
+
+def _damage(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert data.count(old) == 1 and len(old) == len(new)
+    path.write_bytes(data.replace(old, new))
+
+
+@pytest.mark.parametrize("member,old,new", [
+    ("torch/_inductor/config.py", b"option_3 = 3\n", b"option_3 = 4\n"),  # a member the series patches
+    ("torch/__init__.py", b"version import", b"versiom import"),  # a member copied as it is
+])
+def test_corrupt_member_is_an_error(src, member, old, new):
+    whl, patches, meta, tmp = src
+    bad = _with_stored_member(whl, tmp / "bad" / whl.name, member)
+    _damage(bad, old, new)
+    r = ft.run_tools("wheel", "--from", str(bad), "--out", str(tmp / "o"), "--patches", str(patches),
+                     "--metadata", str(meta))
+    assert r.returncode == 2, r.stderr
+    assert f"error: {bad}:{member}: corrupt member" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp / "o").exists() or list((tmp / "o").iterdir()) == []
+
+
+def test_already_patched_wheel_is_named(src):
+    whl, patches, meta, tmp = src
+    out = build_wheel(whl, tmp / "dist", patches, meta)
+    with pytest.raises(PatchsetError, match=r"_patchset_info\.py: this wheel is already patched \(inductor-patchset 0\.1\.0"):
+        build_wheel(out, tmp / "dist2", patches, meta)
+
+
+def test_errors_name_the_file_and_every_non_pristine_member(src):
+    whl, patches, meta, tmp = src
+    bad_ver = ft.make_wheel(tmp / "w2", version="9.9.0+cpu")
+    with pytest.raises(PatchsetError, match=r"torch-9\.9\.0\+cpu\.dist-info/METADATA: unsupported torch version 9\.9\.0"):
+        build_wheel(bad_ver, tmp / "dist", patches, meta)
+    tampered = tmp / "t" / whl.name
+    tampered.parent.mkdir()
+    with zipfile.ZipFile(whl) as zi, zipfile.ZipFile(tampered, "w") as zo:
+        for i in zi.infolist():
+            data = zi.read(i)
+            if i.filename in ("torch/_inductor/config.py", "torch/_inductor/fx_passes/post_grad.py"):
+                data += b"# edit\n"
+            zo.writestr(i, data)
+    with pytest.raises(PatchsetError) as e:
+        build_wheel(tampered, tmp / "dist2", patches, meta)
+    assert "config.py" in str(e.value) and "post_grad.py" in str(e.value) and "1 more" in str(e.value)
+
+
+def test_failed_verify_leaves_nothing_in_out(src, monkeypatch):
+    import tools.wheel as wheel_mod
+
+    whl, patches, meta, tmp = src
+
+    def bad_verify(path, fileobj=None):
+        raise PatchsetError(path, "sha256 or size differs from RECORD")
+
+    monkeypatch.setattr(wheel_mod, "verify_wheel", bad_verify)
+    with pytest.raises(PatchsetError, match="differs from RECORD"):
+        build_wheel(whl, tmp / "dist", patches, meta, verify=True)
+    assert list((tmp / "dist").iterdir()) == []
+    assert build_wheel(whl, tmp / "dist", patches, meta).is_file()  # without --verify it is published
+
+
+def test_killed_build_leaves_no_partial_wheel(src):
+    whl, patches, meta, tmp = src
+    args = ("wheel", "--from", str(whl), "--out", str(tmp / "o"), "--patches", str(patches), "--metadata", str(meta))
+    r = ft.run_tools(*args, env={"TORCH_PATCHSET_CRASH_AFTER": "2"})
+    assert r.returncode == 86, r.stderr  # died abruptly (os._exit), like kill -9
+    assert list((tmp / "o").iterdir()) == []
+    r = ft.run_tools(*args)
+    assert r.returncode == 0 and [p.name for p in (tmp / "o").iterdir()] == [Path(r.stdout.strip()).name]
+
+
+def test_named_part_fallback_cleans_up(src, monkeypatch):
+    """Without O_TMPFILE the wheel is staged as <name>.whl.part: removed on error, and a leftover from a killed
+    run is removed by the next run."""
+    import tools.wheel as wheel_mod
+
+    whl, patches, meta, tmp = src
+    monkeypatch.delattr(wheel_mod.os, "O_TMPFILE", raising=False)
+    out_dir = tmp / "dist"
+    out_dir.mkdir()
+    part = out_dir / "torch-2.13.0+cpu.inductorpatchset.0.1.0-py3-none-any.whl.part"
+    part.write_bytes(b"left by a kill -9")
+
+    def boom(k):
+        if k >= 2:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wheel_mod, "_maybe_crash", boom)
+    with pytest.raises(OSError):
+        build_wheel(whl, out_dir, patches, meta)
+    assert list(out_dir.iterdir()) == []  # the stale part was removed, and this run's too
+    monkeypatch.setattr(wheel_mod, "_maybe_crash", lambda k: None)
+    out = build_wheel(whl, out_dir, patches, meta, verify=True)
+    assert [p.name for p in out_dir.iterdir()] == [out.name]
