@@ -19,6 +19,12 @@ from torch.testing._internal.inductor_utils import HAS_CPU, HAS_CUDA_AND_TRITON
 
 
 HAS_PASS = hasattr(inductor_config, "cat_linear_fused")
+try:
+    import torch._inductor.custom_pass_registry  # noqa: F401
+
+    HAS_REGISTRY = True
+except ImportError:
+    HAS_REGISTRY = False
 if HAS_PASS:
     from torch._inductor.fx_passes import (
         cat_linear_fused,
@@ -231,6 +237,73 @@ class CatLinearFusedTest(TestCase):
 
         with torch._dynamo.config.patch(canonicalize_output_graph_node_order=True):
             self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
+
+    # ---- the seed PR's entry points (ROCm/pytorch#3233) ----------------------
+
+    def test_fuse_cat_linear_in_graph_returns_count(self):
+        graphs = []
+
+        def capture(gm, example_inputs):
+            graphs.append((gm, example_inputs))
+            return gm
+
+        def fn(a, b, c, w1, w2):
+            return cat_linear(a, b, w1) + cat_linear(b, c, w2)
+
+        args = [torch.randn(4, 8) for _ in range(3)] + [torch.randn(16, 16) for _ in range(2)]
+        torch._dynamo.reset()
+        torch.compile(fn, backend=capture)(*args)
+        ((gm, gm_args),) = graphs
+        with inductor_config.patch(cat_linear_fused_force="view"):
+            self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(gm.graph), 2)
+            # Nothing left to rewrite.
+            self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(gm.graph), 0)
+        gm.recompile()
+        FileCheck().check_not("torch.cat").run(gm.code)
+        (out,) = gm(*gm_args)
+        self.assertEqual(out, fn(*args), **TOL[torch.float32])
+
+    def test_cat_linear_fused_pre_grad_pass_assigned(self):
+        p = cat_linear_fused.cat_linear_fused_pre_grad_pass
+        args = make_inputs((4,), (8, 8), 16)
+        ref_args = [a.detach().clone().requires_grad_() for a in args]
+        counters.clear()
+        torch._dynamo.reset()
+        # Assigning the pass is the opt-in: config.cat_linear_fused stays off.
+        with inductor_config.patch(
+            pre_grad_custom_pass=p, cat_linear_fused_force="view"
+        ):
+            out = torch.compile(cat_linear)(*args)
+        self.assertEqual(counters["inductor"]["cat_linear_fused"], 1)
+        ref = cat_linear(*ref_args)
+        self.assertEqual(out, ref, **TOL[torch.float32])
+        out.sum().backward()
+        ref.sum().backward()
+        for a, r in zip(args, ref_args):
+            self.assertEqual(a.grad, r.grad, **TOL[torch.float32])
+
+    def test_cat_linear_fused_pre_grad_pass_uuid(self):
+        p = cat_linear_fused.cat_linear_fused_pre_grad_pass
+        self.assertEqual(p.uuid(), p.uuid())
+        with inductor_config.patch(cat_linear_fused_force="view"):
+            forced = p.uuid()
+        self.assertNotEqual(forced, p.uuid())
+
+    @unittest.skipUnless(HAS_REGISTRY, "needs the inductor-custom-pass-registry patch")
+    def test_cat_linear_fused_pre_grad_pass_registered(self):
+        from torch._inductor.custom_pass_registry import register_custom_pass
+
+        counters.clear()
+        torch._dynamo.reset()
+        args = make_inputs((4,), (8, 8), 16, grad=False)
+        with register_custom_pass(
+            "pre_grad_custom_pass",
+            cat_linear_fused.cat_linear_fused_pre_grad_pass,
+            name="test.cat_linear_fused",
+        ), inductor_config.patch(cat_linear_fused_force="view"):
+            out = torch.compile(cat_linear)(*args)
+        self.assertEqual(counters["inductor"]["cat_linear_fused"], 1)
+        self.assertEqual(out, cat_linear(*args), **TOL[torch.float32])
 
     def test_cat_linear_fused_autocast_mixed_dtype(self):
         args = make_inputs((4,), (8, 8), 16, grad=False)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import inspect
 import logging
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import config
+from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 
 log = logging.getLogger(__name__)
@@ -626,8 +628,9 @@ def find_cat_linear_matches(graph: torch.fx.Graph) -> list[CatLinearMatch]:
     return matches
 
 
-def cat_linear_fused_pass(graph: torch.fx.Graph) -> None:
-    """Find every ``linear(cat)`` site, decide per site, then rewrite."""
+def cat_linear_fused_pass(graph: torch.fx.Graph) -> int:
+    """Find every ``linear(cat)`` site, decide per site, then rewrite.
+    Returns the number of sites rewritten."""
     decided = []
     for match in find_cat_linear_matches(graph):
         form = should_cat_linear_fused(match)
@@ -637,3 +640,46 @@ def cat_linear_fused_pass(graph: torch.fx.Graph) -> None:
         match.rewrite(form)
         counters["inductor"][_FEATURE] += 1
         log.debug("%s: rewrote %s as %s", _FEATURE, match.linear, form)
+    return len(decided)
+
+
+# Entry points of the seed PR (ROCm/pytorch#3233), kept at the same module path
+# and with the same meaning, so code written against it keeps working.  What
+# differs is when a site is rewritten: that PR rewrites every site its fixed
+# gates admit (MAX_PARTS, MIN_PIECE_WIDTH, MAX_TOTAL_CAT_WIDTH), always with
+# contiguous weight copies; here can_/should_cat_linear_fused decide per site,
+# because the unconditional rewrite measured slower than stock at most sites
+# (benchmarks/README.md, "cat_linear_fused").
+
+
+def fuse_cat_linear_in_graph(graph: torch.fx.Graph) -> int:
+    """Run the pass on a pre-grad ``graph`` in place; returns the number of
+    ``linear(cat)`` sites rewritten.  Does not read ``config.cat_linear_fused``
+    (calling it is the opt-in); ``config.cat_linear_fused_force`` applies."""
+    return cat_linear_fused_pass(graph)
+
+
+class CatLinearFusedPreGradPass(CustomGraphPass):
+    """The pass as a ``CustomGraphPass``: assign it to
+    ``config.pre_grad_custom_pass`` or register it for the
+    ``pre_grad_custom_pass`` stage.  ``uuid()`` covers this pass's sources and
+    the config that changes its decisions, so FX graph cache entries stay
+    valid."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        fuse_cat_linear_in_graph(graph)
+
+    def uuid(self) -> Any:
+        here = os.path.dirname(os.path.abspath(__file__))
+        files = tuple(
+            os.path.join(here, name)
+            for name in (
+                "cat_linear_fused.py",
+                "cat_linear_fused_bench.py",
+                "cat_linear_fused_gemm.py",
+            )
+        )
+        return (get_hash_for_files(files), str(config.cat_linear_fused_force))
+
+
+cat_linear_fused_pre_grad_pass = CatLinearFusedPreGradPass()
