@@ -1,5 +1,6 @@
 # Owner(s): ["module: inductor"]
 import contextlib
+import itertools
 import logging
 import unittest
 from unittest import mock
@@ -446,9 +447,9 @@ class CatLinearFusedTest(TestCase):
         with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
             code = self.common(cat_linear, args, int(expected is not None), force="bench")
             stub.assert_called_once()
-            spec, forms = stub.call_args.args
+            (spec,) = stub.call_args.args
             self.assertTrue(spec.backward)
-            self.assertEqual(forms, ("view", "addmm"))  # no Triton GEMM on CPU
+            self.assertEqual(spec.forms, ("view", "addmm"))  # no Triton GEMM on CPU
             self.assertEqual([p[0] for p in spec.parts], [(8, 8), (8, 8)])
             # second compile of the same site (graph caches off so the pass runs):
             # the decision comes from the LocalCache, no second benchmark
@@ -470,7 +471,7 @@ class CatLinearFusedTest(TestCase):
                 self.common(cat_linear, args, 0, force="bench", backward=False)
             self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
         self.assertEqual(
-            [c.args[1] for c in stub.call_args_list],
+            [c.args[0].forms for c in stub.call_args_list],
             [("view", "addmm", "gemm"), ("view", "addmm")],
         )
 
@@ -481,18 +482,33 @@ class CatLinearFusedTest(TestCase):
             self.common(cat_linear, make_inputs((8,), (8, 8), 16, grad=True), 0, force="bench")
         self.assertEqual([c.args[0].backward for c in stub.call_args_list], [False, True])
 
-    def test_cat_linear_fused_real_benchmark_counts_and_caches(self):
-        counters.clear()
+    @staticmethod
+    def _fixed_timer(times):
+        """A stand-in for the benchmark's timer: runs each form for real and
+        reports ``times`` in the order the benchmark times them (stock, then
+        the candidate forms), so the decision does not depend on the machine."""
+
+        def get_do_bench(device, backward):
+            it = itertools.cycle(times)
+
+            def do_bench(fn):
+                fn()
+                return next(it)
+
+            return do_bench
+
+        return mock.patch.object(cat_linear_fused_bench, "get_do_bench", get_do_bench)
+
+    @parametrize("times,expected", [((2.0, 1.0, 1.5), 1), ((1.0, 1.05, 1.2), 0)])
+    def test_cat_linear_fused_real_benchmark_counts_and_caches(self, times, expected):
+        # The real benchmark runs every form on real tensors; only the timer is
+        # fixed.  The second compile of the site takes the cached decision.
         args = make_inputs((32,), (16, 16), 16)
-        torch._dynamo.reset()
-        with inductor_config.patch(
-            cat_linear_fused=True, cat_linear_fused_force="bench", force_disable_caches=True
-        ):
-            torch.compile(cat_linear)(*args)
+        with self._fixed_timer(times), inductor_config.patch(force_disable_caches=True):
+            self.common(cat_linear, args, expected, force="bench")
             self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
-            torch._dynamo.reset()
-            torch.compile(cat_linear)(*args)
-            self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
+            self.common(cat_linear, make_inputs((32,), (16, 16), 16), expected, force="bench")
+            self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
 
     def test_cat_linear_fused_no_benchmark_when_deterministic(self):
         stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 1.0})
@@ -534,11 +550,16 @@ class CatLinearFusedTest(TestCase):
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     @parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_cat_linear_fused_cuda_decides_by_benchmark(self, dtype):
-        # Whatever the benchmark picks, numbers match eager and a benchmark ran.
-        args = make_inputs((256,), (64, 64), 128, dtype=dtype, device="cuda")
-        self.common(relu_cat_linear, args, None)
-        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
-        self.assertLessEqual(counters["inductor"]["cat_linear_fused"], 1)
+        # The CUDA benchmark runs every candidate form on the GPU; with the timer
+        # fixed, a winning form is taken and a losing one is not.
+        for times, expected in (((2.0, 1.0, 1.5), 1), ((1.0, 1.05, 1.2), 0)):
+            with self.subTest(times=times), self._fixed_timer(times):
+                # another M per subtest: a site of its own in the LocalCache
+                m = 256 + 64 * expected
+                args = make_inputs((m,), (64, 64), 128, dtype=dtype, device="cuda")
+                with inductor_config.patch(force_disable_caches=True):
+                    self.common(relu_cat_linear, args, expected)
+                self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     def test_cat_linear_fused_cuda_no_benchmark_when_deterministic(self):

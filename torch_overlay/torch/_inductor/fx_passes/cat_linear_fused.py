@@ -68,9 +68,9 @@ CAT_TARGETS = (torch.cat, torch.concat, torch.concatenate)
 # Candidate forms, in the order they are benchmarked.
 FORMS = ("view", "addmm", "gemm")
 
-# A per-piece form must beat stock by this factor before we take it: compile-time
-# eager timings are noisy and do not see every Inductor fusion.
-BENCH_MARGIN = 1.1
+# A per-piece form must beat stock by config.cat_linear_fused_bench_margin before
+# it is taken: compile-time eager timings are noisy and do not see every
+# Inductor fusion.
 
 
 def _skip(reason: str, *args: Any) -> None:
@@ -167,6 +167,19 @@ def _first_possible_mutation_of(
             return node
         node = node.next
     return None
+
+
+def _concrete(sizes: Any) -> tuple[int, ...] | None:
+    out = []
+    for s in sizes:
+        if isinstance(s, torch.SymInt):
+            # ShapeEnv.size_hint has this signature on every base (2.11 .. 2.15).
+            hint = s.node.shape_env.size_hint(s.node.expr, allow_none=True)
+            if hint is None or not getattr(hint, "is_number", False):
+                return None
+            s = int(hint)
+        out.append(int(s))
+    return tuple(out)
 
 
 def _passes_inplace_positionally(target: Any, args: tuple[Any, ...]) -> bool:
@@ -289,6 +302,48 @@ class CatLinearMatch:
                 fold = None
             folds.append(fold)
         return folds
+
+    def bench_spec(self, forms: tuple[str, ...]) -> Any:
+        """What the compile-time benchmark needs to know of this site, with
+        concrete (hinted) sizes, as a ``cat_linear_fused_bench.BenchSpec``; None
+        without size hints."""
+        from .cat_linear_fused_bench import BenchSpec
+
+        def desc(node: torch.fx.Node) -> tuple[Any, ...] | None:
+            v = _val(node)
+            shape, stride = _concrete(v.shape), _concrete(v.stride())
+            if shape is None or stride is None:
+                return None
+            return shape, stride, bool(v.requires_grad)
+
+        parts = tuple(desc(p) for p in self.parts)
+        weight = desc(self.weight)
+        if any(p is None for p in parts) or weight is None:
+            return None
+        bias = None
+        if self.bias is not None:
+            b_val = _val(self.bias)
+            bias = (int(b_val.shape[0]), bool(b_val.requires_grad))
+        prologues = (0,) * len(self.parts)
+        if "gemm" in forms:
+            from .cat_linear_fused_gemm import PROLOGUES
+
+            prologues = tuple(
+                0 if fold is None else PROLOGUES[fold[0]]
+                for fold in self.gemm_prologues()
+            )
+        w_val = _val(self.weight)
+        return BenchSpec(
+            parts=parts,  # type: ignore[arg-type]
+            weight=weight,  # type: ignore[arg-type]
+            bias=bias,
+            fused_producers=tuple(self.fused_producers),
+            prologues=prologues,
+            dtype=w_val.dtype,
+            device=str(w_val.device),
+            backward=self.needs_grad,
+            forms=forms,
+        )
 
     def available_forms(self) -> tuple[str, ...]:
         """The forms this site can take (``"gemm"`` needs CUDA, Triton, fp16/bf16)."""
@@ -580,18 +635,22 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     if config.deterministic:
         _skip("no benchmarking under config.deterministic at %s", match.linear)
         return None
-    spec = bench.BenchSpec.from_match(match)
+    spec = match.bench_spec(benchmark_candidates(match))
     if spec is None:
         _skip("no size hints for a benchmark at %s", match.linear)
         return None
     form = bench.get_cached_form(spec)
     if form is None:
-        times = bench.benchmark_forms(spec, benchmark_candidates(match))
+        times = bench.benchmark_forms(spec)
         form = choose_form(times)
         bench.set_cached_form(spec, form)
         log.debug("%s benchmark at %s: %s -> %s", _FEATURE, match.linear, times, form)
     if form == "stock":
-        _skip("stock is within %.2fx of every form at %s", BENCH_MARGIN, match.linear)
+        _skip(
+            "stock is within %.2fx of every form at %s",
+            config.cat_linear_fused_bench_margin,
+            match.linear,
+        )
         return None
     return form
 
@@ -610,8 +669,11 @@ def benchmark_candidates(match: CatLinearMatch) -> tuple[str, ...]:
     return forms
 
 
-def choose_form(times: dict[str, float], margin: float = BENCH_MARGIN) -> str:
-    """Fastest form if it beats ``times["stock"]`` by ``margin``, else ``"stock"``."""
+def choose_form(times: dict[str, float], margin: float | None = None) -> str:
+    """Fastest form if it beats ``times["stock"]`` by ``margin`` (default
+    ``config.cat_linear_fused_bench_margin``), else ``"stock"``."""
+    if margin is None:
+        margin = config.cat_linear_fused_bench_margin
     best = min((f for f in FORMS if f in times), key=times.__getitem__, default=None)
     if best is not None and times["stock"] > times[best] * margin:
         return best

@@ -26,7 +26,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,27 +34,8 @@ from torch._dynamo.utils import counters
 from torch._inductor.codecache import LocalCache
 from torch.utils._mode_utils import no_dispatch
 
-from .cat_linear_fused import _val, FORMS
-
 
 log = logging.getLogger(__name__)
-
-
-if TYPE_CHECKING:
-    from .cat_linear_fused import CatLinearMatch
-
-
-def _concrete(sizes: Any) -> tuple[int, ...] | None:
-    out = []
-    for s in sizes:
-        if isinstance(s, torch.SymInt):
-            # ShapeEnv.size_hint has this signature on every base (2.11 .. 2.15).
-            hint = s.node.shape_env.size_hint(s.node.expr, allow_none=True)
-            if hint is None or not getattr(hint, "is_number", False):
-                return None
-            s = int(hint)
-        out.append(int(s))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -68,37 +49,8 @@ class BenchSpec:
     dtype: torch.dtype
     device: str
     backward: bool
-
-    @classmethod
-    def from_match(cls, match: CatLinearMatch) -> BenchSpec | None:
-        """Concrete (hinted) sizes for the site, or None without hints."""
-
-        def desc(node: torch.fx.Node) -> tuple[Any, ...] | None:
-            v = _val(node)
-            shape, stride = _concrete(v.shape), _concrete(v.stride())
-            if shape is None or stride is None:
-                return None
-            return shape, stride, bool(v.requires_grad)
-
-        parts = tuple(desc(p) for p in match.parts)
-        weight = desc(match.weight)
-        if any(p is None for p in parts) or weight is None:
-            return None
-        bias = None
-        if match.bias is not None:
-            b_val = _val(match.bias)
-            bias = (int(b_val.shape[0]), bool(b_val.requires_grad))
-        w_val = _val(match.weight)
-        return cls(
-            parts=parts,  # type: ignore[arg-type]
-            weight=weight,  # type: ignore[arg-type]
-            bias=bias,
-            fused_producers=tuple(match.fused_producers),
-            prologues=_prologue_codes(match),
-            dtype=w_val.dtype,
-            device=str(w_val.device),
-            backward=match.needs_grad,
-        )
+    # The forms to time besides stock, in order (cat_linear_fused.FORMS or a subset).
+    forms: tuple[str, ...]
 
     def key(self) -> str:
         dev = torch.device(self.device)
@@ -108,19 +60,10 @@ class BenchSpec:
             else dev.type
         )
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        return f"cat_linear_fused|v4|{name}|tf32={tf32}|forms={FORMS}|{self!r}"
+        return f"cat_linear_fused|v5|{name}|tf32={tf32}|{self!r}"
 
 
-def _prologue_codes(match: CatLinearMatch) -> tuple[int, ...]:
-    if "gemm" not in match.available_forms():
-        return (0,) * len(match.parts)
-    from .cat_linear_fused_gemm import PROLOGUES
-
-    return tuple(
-        0 if fold is None else PROLOGUES[fold[0]] for fold in match.gemm_prologues()
-    )
-
-
+@functools.cache
 def get_cat_linear_cache() -> LocalCache:
     return LocalCache()
 
@@ -152,10 +95,9 @@ def _rand(shape: tuple[int, ...], stride: tuple[int, ...], spec: BenchSpec, rg: 
     return t.requires_grad_(rg and spec.backward)
 
 
-def make_form_fns(
-    spec: BenchSpec, forms: tuple[str, ...] = FORMS
-) -> dict[str, Callable[[], Any]]:
-    """One zero-arg callable per form: ``"stock"`` plus ``forms``."""
+def make_form_fns(spec: BenchSpec) -> dict[str, Callable[[], Any]]:
+    """One zero-arg callable per form: ``"stock"`` plus ``spec.forms``."""
+    forms = spec.forms
     parts = [_rand(s, st, spec, rg) for s, st, rg in spec.parts]
     w = _rand(*spec.weight[:2], spec, spec.weight[2])
     b = None
@@ -215,7 +157,9 @@ def make_form_fns(
         return get_op()(pieces(spec.prologues), w, b, list(spec.prologues))
 
     fns = {"stock": stock, "view": view, "addmm": addmm, "gemm": gemm}
-    assert set(FORMS) <= set(fns)
+    unknown = set(forms) - set(fns)
+    if unknown:
+        raise ValueError(f"cat_linear_fused: no benchmark for forms {sorted(unknown)}")
     if not spec.backward:
         return {name: fns[name] for name in ("stock", *forms)}
 
@@ -244,10 +188,8 @@ def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def benchmark_forms(
-    spec: BenchSpec, forms: tuple[str, ...] = FORMS, rounds: int = 2
-) -> dict[str, float]:
-    """Time stock and ``forms`` (ms); best of ``rounds`` interleaved rounds.
+def benchmark_forms(spec: BenchSpec, rounds: int = 2) -> dict[str, float]:
+    """Time stock and ``spec.forms`` (ms); best of ``rounds`` interleaved rounds.
 
     Every form runs once before any timing: the first GEMM of a process pays
     for library initialization, and timing it cold once made a losing form look
@@ -255,7 +197,7 @@ def benchmark_forms(
     """
     do_bench = get_do_bench(spec.device, spec.backward)
     with no_dispatch(), torch.enable_grad() if spec.backward else torch.no_grad():
-        fns = make_form_fns(spec, forms)
+        fns = make_form_fns(spec)
         counters["inductor"]["cat_linear_fused_bench"] += 1
         for name, fn in list(fns.items()):
             if name == "stock":
