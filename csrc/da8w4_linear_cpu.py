@@ -164,6 +164,16 @@ def load(path: Optional[str] = None) -> bool:
     if not os.path.isfile(path):
         log.info("da8w4: %s not built; not loading the CPU kernel", path)
         return False
+    built_for = _built_for(path)
+    running = torch.__version__.split("+")[0]
+    if built_for is not None and built_for != running:
+        log.warning(
+            "da8w4: %s was built against torch %s, this is torch %s; not loading it",
+            path,
+            built_for,
+            running,
+        )
+        return False
     already = [p for p in torch.ops.loaded_libraries if os.path.basename(p) == LIB_NAME]
     if already:  # loaded through another copy of this module
         if os.path.realpath(already[0]) != os.path.realpath(path):
@@ -195,6 +205,15 @@ def load(path: Optional[str] = None) -> bool:
     _loaded_path = path
     _open_cdll(path)
     return True
+
+
+def _built_for(path: str) -> Optional[str]:
+    """The torch release recorded by the build next to the library, if any."""
+    try:
+        with open(path + ".torch") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _open_cdll(path: str) -> None:
