@@ -77,8 +77,10 @@ def fn(x):
 class CustomPassRegistryTest(TestCase):
     def setUp(self):
         super().setUp()
-        # Every test registers through handles it removes; start from nothing.
-        self.assertEqual(cpr.list_custom_passes(), {})
+        # A fresh registry: no registrations, no memory of earlier warnings, so
+        # a test sees its own warnings however often it runs in one process.
+        cpr._reset_for_tests()
+        self.addCleanup(cpr._reset_for_tests)
         counters.clear()
 
     def register(self, *args, **kwargs):
@@ -251,7 +253,7 @@ class CustomPassRegistryTest(TestCase):
         self.register(
             "post_grad_custom_post_pass",
             RecordingPass("registered", log),
-            name=f"lib.reg{as_list}",
+            name="lib.reg",
         )
         value = [assigned] if as_list else assigned
         with inductor_config.patch(post_grad_custom_post_pass=value):
@@ -261,15 +263,36 @@ class CustomPassRegistryTest(TestCase):
         warnings = [r for r in logs.output if "is assigned" in r]
         self.assertEqual(len(warnings), 1, logs.output)
         self.assertIn("post_grad_custom_post_pass", warnings[0])
-        self.assertIn(f"lib.reg{as_list}", warnings[0])
+        self.assertIn("lib.reg", warnings[0])
         # leaving config.patch restores the field and keeps the registration
         self.assertEqual(
             [
                 (i.name, i.source)
                 for i in cpr.list_custom_passes()["post_grad_custom_post_pass"]
             ],
-            [(f"lib.reg{as_list}", "registry")],
+            [("lib.reg", "registry")],
         )
+
+    def test_custom_pass_registry_reset_forgets_warnings(self):
+        # The composition warning is given once per combination, and again
+        # after a reset (what lets the tests above run twice in one process).
+        def compose_and_count():
+            with cpr.register_custom_pass(
+                "post_grad_custom_post_pass", RecordingPass("r", []), name="lib.reg"
+            ), inductor_config.patch(
+                post_grad_custom_post_pass=RecordingPass("a", [])
+            ), self.assertLogs(REGISTRY_LOG, level="WARNING") as logs:
+                for _ in range(2):
+                    self.compile_and_run(fn, torch.randn(4))
+                    cpr.get_custom_passes("post_grad_custom_post_pass")
+                cpr.log.warning("end")  # assertLogs needs one record at least
+            return sum("is assigned" in r for r in logs.output)
+
+        self.assertEqual(compose_and_count(), 1)
+        self.assertEqual(compose_and_count(), 0)  # remembered
+        cpr._reset_for_tests()
+        self.assertEqual(cpr.list_custom_passes(), {})
+        self.assertEqual(compose_and_count(), 1)
 
     def test_custom_pass_registry_assignment_alone_is_unchanged(self):
         # No registrations: an assigned pass runs as upstream runs it, no warning.

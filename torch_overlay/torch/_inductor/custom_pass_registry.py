@@ -37,6 +37,17 @@ Design
   so, exactly like passes assigned to config today, registered passes do not
   run there.
 
+  Why not in config, given that #178048 and #184019 (scoped
+  ``custom_pass_context`` APIs) were closed unmerged?  Both reached the same
+  conclusion this module does: pass objects are stateful, so they cannot be
+  config values, which must pickle, serialize for subprocess compiles and
+  feed the cache key.  What differs here is what RFC #153532 asks for: a
+  process-global, *named* registry that several libraries share (with
+  ordering by name and removal), scoping as an option (the handle), and
+  assignment kept working and composing instead of being rejected, so no
+  caller has to change for the fix to land.  The cache key takes the passes'
+  ``(name, uuid())`` from here, as it took ``uuid()`` from the fields.
+
 * **Run order** for a stage is: the passes assigned to the config field (one
   callable, a list or a tuple, in their order), then the registered passes in
   registration order, adjusted by optional ``before=``/``after=`` names (a
@@ -173,7 +184,8 @@ class CustomPassHandle:
 
     @property
     def active(self) -> bool:
-        return any(e.seq == self._seq for e in _registry.get(self.stage, ()))
+        with _lock:
+            return any(e.seq == self._seq for e in _registry.get(self.stage, ()))
 
     def __enter__(self) -> CustomPassHandle:
         return self
@@ -190,6 +202,15 @@ _registry: dict[CustomPassStage, list[_Registration]] = {}
 _seq = itertools.count()
 _warned_composition: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 _warned_missing_uuid: set[tuple[str, str]] = set()
+
+
+def _reset_for_tests() -> None:
+    """Drop every registration and forget which warnings were given, so a test
+    (or a re-run in the same process) starts from a fresh registry."""
+    with _lock:
+        _registry.clear()
+        _warned_composition.clear()
+        _warned_missing_uuid.clear()
 
 
 def _as_stage(stage: CustomPassStage | str) -> CustomPassStage:
