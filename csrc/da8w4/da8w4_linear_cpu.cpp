@@ -318,7 +318,7 @@ int64_t amx_min_m() {
 
 // An AMX work item whose zero points do not fit the AMX path (zw < -112): the
 // AVX512-VNNI tile kernel does it instead (same results).
-void vnni_item(const AmxParams& p, int64_t K, at::ScalarType output_dtype) {
+void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
   std::vector<int32_t> rowsum(p.M * p.Kc);
   for (int64_t m = 0; m < p.M; ++m) {
     for (int64_t c = 0; c < p.Kc; ++c) {
@@ -359,7 +359,6 @@ void vnni_item(const AmxParams& p, int64_t K, at::ScalarType output_dtype) {
       store_tile(buf.data(), p.M, static_cast<at::Half*>(p.out) + nb * kBlockN, p.ldo);
     }
   }
-  (void)K;
 }
 
 // Work items of the AMX path: groups of `nblk` consecutive N blocks times chunks of m
@@ -437,7 +436,7 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       p.out = out + (m0 * N + nb0 * kBlockN) * esize;
       p.ldo = N;
       if (p.M > 0 && !gemm_amx(p)) {
-        vnni_item(p, K, output_dtype);
+        vnni_item(p, output_dtype);
       }
     }
     amx_release();
@@ -597,8 +596,7 @@ at::Tensor da8w4_linear_cpu(
 
   // Per-row, per-k-block sums of the activation bytes (as unsigned or signed values).
   std::vector<int32_t> rowsum(M * Kc);
-  // Few rows: one thread (a parallel region costs more than summing M * K bytes).
-  at::parallel_for(0, M, M * K <= (int64_t{1} << 18) ? M : 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const uint8_t* row = a_ptr + m * K;
       for (int64_t c = 0; c < Kc; ++c) {
