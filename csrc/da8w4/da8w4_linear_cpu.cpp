@@ -20,16 +20,24 @@
 
 #include "kernel.h"
 
+#if defined(DA8W4_HAVE_AMX)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace da8w4 {
 namespace {
 
 // ---------------------------------------------------------------------------
 // ISA selection: best supported at run time, or forced by DA8W4_ISA for testing.
 // ---------------------------------------------------------------------------
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return "amx";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
     case Isa::kAvx2:
@@ -39,8 +47,48 @@ const char* isa_name(Isa isa) {
   }
 }
 
+#if defined(DA8W4_HAVE_AMX)
+// AMX int8 usable: the CPU has AMX-TILE and AMX-INT8, the OS enables the tile state in
+// XCR0 (bits 17 and 18), and Linux grants this process the tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without it the first tile
+// instruction faults). Checked once per process.
+bool amx_usable() {
+#if defined(DA8W4_AMX_EMULATE)
+  return true;  // tile instructions emulated in C++ (tests on CPUs without AMX)
+#else
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {  // OSXSAVE
+    return false;
+  }
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+    return false;
+  }
+  if (!(edx & (1u << 24)) || !(edx & (1u << 25))) {  // AMX-TILE, AMX-INT8
+    return false;
+  }
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & (3u << 17)) != (3u << 17)) {  // XTILECFG, XTILEDATA
+    return false;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#endif
+}
+#endif
+
 bool isa_supported(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+#if defined(DA8W4_HAVE_AMX)
+    {
+      static const bool ok = isa_supported(Isa::kAvx512Vnni) && amx_usable();
+      return ok;
+    }
+#else
+      return false;
+#endif
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
@@ -62,6 +110,9 @@ bool isa_supported(Isa isa) {
 
 Isa best_isa() {
   static const Isa best = [] {
+    if (isa_supported(Isa::kAmx)) {
+      return Isa::kAmx;
+    }
     if (isa_supported(Isa::kAvx512Vnni)) {
       return Isa::kAvx512Vnni;
     }
@@ -75,12 +126,15 @@ Isa best_isa() {
 
 std::atomic<int> g_last_isa{-1};
 
-Isa select_isa() {
+// `forced` tells whether DA8W4_ISA named the path (then it is used for every M).
+Isa select_isa(bool* forced) {
+  *forced = false;
   const char* env = std::getenv("DA8W4_ISA");
   if (env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0) {
     return best_isa();
   }
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+  *forced = true;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni, Isa::kAmx}) {
     if (std::strcmp(env, isa_name(isa)) == 0) {
       TORCH_CHECK(
           isa_supported(isa),
@@ -96,7 +150,7 @@ Isa select_isa() {
       false,
       "da8w4_linear_cpu: unknown DA8W4_ISA=",
       env,
-      "; expected one of auto, scalar, avx2, avx512vnni");
+      "; expected one of auto, scalar, avx2, avx512vnni, amx");
 }
 
 using TileFn = void (*)(const TileParams&);
@@ -104,6 +158,7 @@ using TileFn = void (*)(const TileParams&);
 TileFn tile_fn(Isa isa) {
   switch (isa) {
 #if defined(DA8W4_HAVE_AVX512VNNI)
+    case Isa::kAmx:  // rows the AMX path does not take (see da8w4_linear_cpu)
     case Isa::kAvx512Vnni:
       return &tile_avx512vnni;
 #endif
@@ -250,6 +305,145 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
       t.scalar_type());
 }
 
+#if defined(DA8W4_HAVE_AMX)
+// Rows below which the auto-selected AMX path hands over to the AVX512-VNNI register
+// kernel. DA8W4_AMX_MIN_M overrides it (benchmarks); read once.
+int64_t amx_min_m() {
+  static const int64_t v = [] {
+    const char* env = std::getenv("DA8W4_AMX_MIN_M");
+    return env && env[0] ? std::max<int64_t>(1, std::atoll(env)) : int64_t{8};
+  }();
+  return v;
+}
+
+// An AMX work item whose zero points do not fit the AMX path (zw < -112): the
+// AVX512-VNNI tile kernel does it instead (same results).
+void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
+  std::vector<int32_t> rowsum(p.M * p.Kc);
+  for (int64_t m = 0; m < p.M; ++m) {
+    for (int64_t c = 0; c < p.Kc; ++c) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < p.BK; ++k) {
+        const uint8_t v = p.a[m * p.lda + c * p.BK + k];
+        sum += p.symmetric ? static_cast<int32_t>(static_cast<int8_t>(v)) : static_cast<int32_t>(v);
+      }
+      rowsum[m * p.Kc + c] = sum;
+    }
+  }
+  std::vector<float> buf(p.M * kBlockN);
+  for (int64_t nb = 0; nb < p.nblk; ++nb) {
+    TileParams q;
+    q.a = p.a;
+    q.lda = p.lda;
+    q.rows = p.M;
+    q.rowsum = rowsum.data();
+    q.za = p.za;
+    q.sa = p.sa;
+    q.w = p.w + nb * p.Kc * p.BK * (kBlockN / 2);
+    q.sw = p.sw + nb * p.G * kBlockN;
+    q.zw = p.zw + nb * p.G * kBlockN;
+    q.comp = p.comp ? p.comp + nb * p.Kc * kBlockN : nullptr;
+    q.bias = p.bias ? p.bias + nb * kBlockN : nullptr;
+    q.Kc = p.Kc;
+    q.BK = p.BK;
+    q.blocks_per_group = p.blocks_per_group;
+    q.symmetric = p.symmetric;
+    q.out = buf.data();
+    q.ldo = kBlockN;
+    tile_avx512vnni(q);
+    if (output_dtype == at::kFloat) {
+      store_tile(buf.data(), p.M, static_cast<float*>(p.out) + nb * kBlockN, p.ldo);
+    } else if (output_dtype == at::kBFloat16) {
+      store_tile(buf.data(), p.M, static_cast<at::BFloat16*>(p.out) + nb * kBlockN, p.ldo);
+    } else {
+      store_tile(buf.data(), p.M, static_cast<at::Half*>(p.out) + nb * kBlockN, p.ldo);
+    }
+  }
+}
+
+// Work items of the AMX path: groups of `nblk` consecutive N blocks times chunks of m
+// tiles. Each item unpacks its weight panel once and reuses it for all of its rows.
+void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const float* sa,
+             const uint8_t* w, const float* sw, const int8_t* zw, const int32_t* comp,
+             const float* bias, int64_t Nc, int64_t Kc, int64_t BK, int64_t G, bool symmetric,
+             at::ScalarType output_dtype, at::Tensor& y) {
+  constexpr int64_t kTileM = 32;
+  const int64_t N = Nc * kBlockN;
+  const int64_t threads = at::get_num_threads();
+  const int64_t mtiles = (M + kTileM - 1) / kTileM;
+  const int64_t kstep = amx_k_step(BK);
+  // One m tile: one N block per item (most parallelism; nothing to reuse). Several: up
+  // to 4 N blocks per item, as many as keep the unpacked panel (nblk * K * 32 bytes)
+  // within 1 MiB of L2 and leave >= 2 items per thread; each item reads all rows once.
+  int64_t nblk = 1;
+  if (mtiles > 1) {
+    nblk = std::clamp<int64_t>((int64_t{1} << 20) / (K * kBlockN), 1, 4);
+    while (nblk > 1 && (Nc + nblk - 1) / nblk < 2 * threads) {
+      --nblk;
+    }
+  }
+  const int64_t ngroups = (Nc + nblk - 1) / nblk;
+  // Too few N groups for the threads: split the rows too (each chunk unpacks its panel).
+  int64_t mchunks = 1;
+  if (mtiles > 1 && ngroups < 2 * threads) {
+    mchunks = std::min(mtiles, (2 * threads + ngroups - 1) / ngroups);
+  }
+  const int64_t tiles_per_chunk = (mtiles + mchunks - 1) / mchunks;
+  mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
+  // Several m tiles: the activation is first packed into the tiles' layout (each tile
+  // row load then reads 1 KiB in a row instead of 16 lines a row of K apart).
+  at::Tensor a_packed;
+  if (mtiles > 1) {
+    a_packed = at::empty({mtiles * kTileM * K}, y.options().dtype(at::kByte));
+    uint8_t* ap = a_packed.data_ptr<uint8_t>();
+    at::parallel_for(0, mtiles, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t mt = begin; mt < end; ++mt) {
+        pack_a_amx(a + mt * kTileM * K, K, std::min(kTileM, M - mt * kTileM), K, kstep, ap + mt * kTileM * K);
+      }
+    });
+  }
+  const uint8_t* ap = a_packed.defined() ? a_packed.data_ptr<uint8_t>() : nullptr;
+  const OutKind kind = output_dtype == at::kFloat ? OutKind::kFloat
+      : output_dtype == at::kBFloat16             ? OutKind::kBFloat16
+                                                  : OutKind::kHalf;
+  const int64_t esize = y.element_size();
+  char* out = static_cast<char*>(y.data_ptr());
+  at::parallel_for(0, ngroups * mchunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t ng = t / mchunks;
+      const int64_t mc = t % mchunks;
+      const int64_t nb0 = ng * nblk;
+      const int64_t m0 = mc * tiles_per_chunk * kTileM;
+      AmxParams p;
+      p.a = a + m0 * K;
+      p.lda = K;
+      p.a_packed = ap ? ap + m0 * K : nullptr;
+      p.M = std::min(M, m0 + tiles_per_chunk * kTileM) - m0;
+      p.za = za ? za + m0 : nullptr;
+      p.sa = sa + m0;
+      p.w = w + nb0 * Kc * BK * (kBlockN / 2);
+      p.sw = sw + nb0 * G * kBlockN;
+      p.zw = zw + nb0 * G * kBlockN;
+      p.comp = comp ? comp + nb0 * Kc * kBlockN : nullptr;
+      p.bias = bias ? bias + nb0 * kBlockN : nullptr;
+      p.nblk = std::min(nblk, Nc - nb0);
+      p.Kc = Kc;
+      p.BK = BK;
+      p.G = G;
+      p.blocks_per_group = Kc / G;
+      p.symmetric = symmetric;
+      p.out_kind = kind;
+      p.out = out + (m0 * N + nb0 * kBlockN) * esize;
+      p.ldo = N;
+      if (p.M > 0 && !gemm_amx(p)) {
+        vnni_item(p, output_dtype);
+      }
+    }
+    amx_release();
+  });
+}
+#endif
+
 at::Tensor da8w4_linear_cpu(
     const at::Tensor& input,
     const at::Tensor& input_scales,
@@ -377,7 +571,26 @@ at::Tensor da8w4_linear_cpu(
   const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
 
   const uint8_t* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
-  const Isa isa = select_isa();
+  bool forced = false;
+  Isa isa = select_isa(&forced);
+#if defined(DA8W4_HAVE_AMX)
+  if (isa == Isa::kAmx) {
+    // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
+    // DA8W4_ISA=amx forces AMX for every M). Items whose zero points do not fit the
+    // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
+    if (!forced && M < amx_min_m()) {
+      isa = Isa::kAvx512Vnni;
+    }
+  }
+  if (isa == Isa::kAmx) {
+    g_last_isa.store(static_cast<int>(isa));
+    run_amx(a_ptr, K, M, symmetric ? nullptr : za.data_ptr<int32_t>(), sa.data_ptr<float>(),
+            w.data_ptr<uint8_t>(), sw.data_ptr<float>(), zw.data_ptr<int8_t>(),
+            symmetric ? nullptr : comp.data_ptr<int32_t>(), b.defined() ? b.data_ptr<float>() : nullptr,
+            Nc, Kc, BK, G, symmetric, output_dtype, y);
+    return y;
+  }
+#endif
   const TileFn fn = tile_fn(isa);
   g_last_isa.store(static_cast<int>(isa));
 

@@ -65,4 +65,47 @@ void tile_avx2(const TileParams& p);
 void tile_avx512vnni(const TileParams& p);
 #endif
 
+// AMX (int8 TMUL) path: a whole work item, `nblk` consecutive N blocks times `M`
+// rows, written straight to the output (kernel_amx.cpp). The weight is unpacked to
+// int8 (w - zw) in the VNNI layout of the B tiles, so every zw must satisfy
+// -112 <= zw <= 127 (w - zw fits int8; the caller checks). Same math and fp32 order
+// as the tile kernels, so the results are bit-identical to theirs.
+enum class OutKind : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
+
+struct AmxParams {
+  const uint8_t* a;  // row 0 of the item, stride lda
+  int64_t lda;
+  // Or nullptr: the item's rows packed by pack_a_amx, one 32 * K block per m tile.
+  const uint8_t* a_packed;
+  int64_t M;
+  const int32_t* za;  // [M]; asymmetric only
+  const float* sa;  // [M]
+  const uint8_t* w;  // packed tiles of the first N block: [nblk][Kc][BK][16]
+  const float* sw;  // [nblk][G][32]
+  const int8_t* zw;  // [nblk][G][32]
+  const int32_t* comp;  // [nblk][Kc][32]; asymmetric only
+  const float* bias;  // [nblk * 32] or nullptr
+  int64_t nblk;
+  int64_t Kc;
+  int64_t BK;
+  int64_t G;
+  int64_t blocks_per_group;
+  bool symmetric;
+  OutKind out_kind;
+  void* out;  // element (row 0, column 0) of the item in the output
+  int64_t ldo;  // in elements
+};
+#if defined(DA8W4_HAVE_AMX)
+// False (nothing written) when some zw of the item is below -112.
+bool gemm_amx(const AmxParams& p);
+// The k bytes per tile row for a k block of BK (a multiple of 4 dividing BK, <= 64).
+int64_t amx_k_step(int64_t BK);
+// Packs rows [0, rows) (rows <= 32, the rest zero) of a [*, K] activation (stride
+// lda) into one m tile's tile layout: k chunk q of kstep bytes at dst + q * 32 * kstep,
+// 32 rows of kstep bytes each.
+void pack_a_amx(const uint8_t* a, int64_t lda, int64_t rows, int64_t K, int64_t kstep, uint8_t* dst);
+// Releases the calling thread's tile state (call at the end of a thread's work).
+void amx_release();
+#endif
+
 }  // namespace da8w4

@@ -37,13 +37,13 @@ requires_kernel = unittest.skipUnless(
     LOADED, f"da8w4 kernel not built ({loader.default_path()})"
 )
 
-ISAS = ("scalar", "avx2", "avx512vnni")
+ISAS = ("scalar", "avx2", "avx512vnni", "amx")
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BN = 32
 
 
 def _isa_available(isa):
-    order = {"scalar": 0, "avx2": 1, "avx512vnni": 2}
+    order = {"scalar": 0, "avx2": 1, "avx512vnni": 2, "amx": 3}
     return LOADED and order[isa] <= order[loader.best_isa()]
 
 
@@ -265,6 +265,45 @@ class TestDa8w4Linear(TestCase):
                         got = da8w4(x, sa, za, prepack(w, sw, zw), None, torch.float32)
                     self.assertEqual(got, want, atol=0, rtol=0)
 
+    @parametrize("symmetric", (False, True))
+    def test_amx_tiling(self, symmetric):
+        # The AMX path's work split: several 32-row m tiles with 16-row and partial
+        # tiles (m = 33, 70, 100), two N blocks per item with an odd number of N blocks
+        # (N = 2080: 65 blocks), rows split over threads when N blocks are few (N = 32),
+        # k blocks of 128, 64 and 36 bytes (one, one, nine-quad tile steps), every
+        # output dtype; against the reference and the AVX512-VNNI path.
+        if not _isa_available("amx"):
+            self.skipTest("amx not available on this CPU/build")
+        gen = torch.Generator().manual_seed(21)
+        for m, k, n, group_size in ((33, 256, 96, 128), (70, 256, 2080, 64), (100, 216, 32, 36), (16, 128, 64, 128)):
+            w, sw, zw = make_weight(n, k, group_size, gen)
+            packed = prepack(w, sw, zw)
+            bias = torch.randn(n, generator=gen)
+            x, sa, za = make_activation((m,), k, symmetric, gen)
+            for out_dtype in OUT_DTYPES:
+                want = reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric)
+                with force_isa("amx"):
+                    got = da8w4(x, sa, za, packed, bias, out_dtype)
+                    self.assertEqual(loader.last_isa(), "amx")
+                self.assertEqual(got, want, atol=0, rtol=0, msg=f"m={m} n={n} gs={group_size} {out_dtype}")
+
+    def test_amx_zero_point_out_of_int8_range(self):
+        # zw < -112 makes w - zw overflow int8 (the AMX path's B operand): the work
+        # items holding such a zero point go to the AVX512-VNNI kernel, with the same
+        # (exact) result; the others stay on AMX (M = 40: two m tiles).
+        if not _isa_available("amx"):
+            self.skipTest("amx not available on this CPU/build")
+        gen = torch.Generator().manual_seed(22)
+        w, sw, zw = make_weight(64, 256, 128, gen)
+        zw[3, 1] = -120
+        packed = prepack(w, sw, zw)
+        x, sa, za = make_activation((40,), 256, False, gen)
+        want = reference_linear(x, sa, za, w, sw, zw, None, torch.float32, False)
+        with force_isa("amx"):
+            got = da8w4(x, sa, za, packed, None, torch.float32)
+            self.assertEqual(loader.last_isa(), "amx")
+        self.assertEqual(got, want, atol=0, rtol=0)
+
     def test_3d_input_is_flattened(self):
         gen = torch.Generator().manual_seed(3)
         w, sw, zw = make_weight(64, 128, 32, gen)
@@ -348,7 +387,12 @@ class TestDa8w4Linear(TestCase):
             da8w4(x, sa, za, packed, None, torch.float32)
         with force_isa("auto"):
             da8w4(x, sa, za, packed, None, torch.float32)
-            self.assertEqual(loader.last_isa(), loader.best_isa())
+            # Auto-selected AMX leaves a few rows to the AVX512-VNNI register kernel.
+            best = loader.best_isa()
+            self.assertEqual(loader.last_isa(), "avx512vnni" if best == "amx" else best)
+            x64, sa64, za64 = make_activation((64,), 64, False, gen)
+            da8w4(x64, sa64, za64, packed, None, torch.float32)
+            self.assertEqual(loader.last_isa(), best)
         with force_isa("scalar"):
             da8w4(x, sa, za, packed, None, torch.float32)
             self.assertEqual(loader.last_isa(), "scalar")

@@ -1,0 +1,288 @@
+"""Side by side: our torchao::da8w4_linear_cpu kernel vs torchao's own, same data.
+
+torchao's kernel is built from a torchao source tree given by --torchao-src (the file
+torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp, or a directory holding it): it is
+third-party code and is never copied into this repo. Both kernels register the same op
+(and their packed layouts differ), so each runs in its own process ("worker"); the
+parent alternates the two workers over --rounds rounds and takes, per shape, the median
+over rounds of each worker's median time. Every worker builds the same data from the
+same seed (int4 weight, group scales/zero points, bias, a bf16 activation quantised per
+token to asymmetric uint8, as torchao's flow does), prepacks it with its own prepack op
+and writes its bf16 outputs, which the parent compares: max difference in bf16 ulps of
+the result, share of bit-identical elements, relative error norm between the two.
+The weights stay warm in the cache (the same tensors every call), as in the issue's
+measurement. % of peak is 2*M*N*K / time against threads * 1024 int8 MAC/cycle (AMX
+TMUL, per core) * 2 * the clock in --clock-ghz (default: the largest "cpu MHz" in
+/proc/cpuinfo, which is stated in the output).
+
+    python benchmarks/da8w4_vs_torchao_cpu.py --torchao-src /path/to/torchao \\
+        --threads 16 [--variant amx_all:DA8W4_ISA=amx --variant vnni:DA8W4_ISA=avx512vnni]
+
+--variant NAME:VAR=VALUE[,VAR=VALUE] adds a run of our kernel with those environment
+variables (for example a forced ISA path), reported as one more ratio column.
+torchao's build flags are those of its setup.py on an AVX512-VNNI host:
+-O3 -march=native -fopenmp -DCPU_CAPABILITY_AVX512 -DCPU_CAPABILITY_AVX512_VNNI.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHAPES = {"qkv": (4096, 6144), "gate_up": (4096, 28672), "down": (14336, 4096)}
+MS = (1, 4, 16, 32, 128, 512)
+PREPACK_SCHEMA = (
+    "da8w4_linear_prepack_cpu(Tensor weight, Tensor scales, Tensor qzeros) "
+    "-> (Tensor, Tensor, Tensor, Tensor)"
+)
+LINEAR_SCHEMA = (
+    "da8w4_linear_cpu(Tensor input, Tensor input_scales, Tensor input_qzeros, "
+    "Tensor weight, Tensor weight_scales, Tensor weight_qzeros, Tensor compensation, "
+    "Tensor? bias, ScalarType output_dtype) -> Tensor"
+)
+TORCHAO_FILE = "torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp"
+TORCHAO_FLAGS = ["-O3", "-march=native", "-fopenmp", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY_AVX512_VNNI"]
+
+
+def torchao_source(src: str) -> pathlib.Path:
+    p = pathlib.Path(src)
+    for cand in (p, p / TORCHAO_FILE, p / "da8w4_linear.cpp"):
+        if cand.is_file():
+            return cand
+    sys.exit(f"error: {src}: no da8w4_linear.cpp there (expected {TORCHAO_FILE} under it)")
+
+
+# --------------------------------------------------------------------------------------
+# worker side
+# --------------------------------------------------------------------------------------
+def load_torchao(src: pathlib.Path, build_dir: str) -> None:
+    from torch.utils import cpp_extension
+
+    lib = torch.library.Library("torchao", "FRAGMENT")  # noqa: F841 (kept alive below)
+    lib.define(PREPACK_SCHEMA)
+    lib.define(LINEAR_SCHEMA)
+    load_torchao.lib = lib
+    os.makedirs(build_dir, exist_ok=True)
+    cpp_extension.load(
+        name="torchao_da8w4", sources=[str(src)], is_python_module=False, build_directory=build_dir,
+        extra_cflags=TORCHAO_FLAGS, extra_ldflags=["-fopenmp"], verbose=False,
+    )
+
+
+def load_ours() -> None:
+    import importlib.util
+
+    path = REPO / "csrc" / "da8w4_linear_cpu.py"
+    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["da8w4_linear_cpu"] = mod
+    spec.loader.exec_module(mod)
+    if not mod.load():
+        sys.exit(f"error: {mod.default_path()}: our kernel is not built")
+
+
+def quantize_per_token(x):
+    eps = torch.finfo(torch.float32).eps
+    mn = torch.clamp(x.amin(-1), max=0)
+    mx = torch.clamp(x.amax(-1), min=0)
+    scale = torch.clamp((mx - mn) / 255, min=eps)
+    zp = torch.clamp(-torch.round(mn / scale), 0, 255).to(torch.int32)
+    q = torch.clamp(torch.round(x / scale[:, None]) + zp[:, None], 0, 255).to(torch.uint8)
+    return q, scale, zp
+
+
+def make_data(k, n, group_size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=gen)
+    g = k // group_size
+    sw = torch.rand(n, g, generator=gen) * 0.01 + 1e-3
+    zw = torch.randint(0, 16, (n, g), dtype=torch.int8, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    return w, sw, zw, bias
+
+
+def time_op(fn, min_time, reps):
+    for _ in range(3):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    iters = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def worker(args):
+    torch.set_num_threads(args.threads)
+    if args.worker == "torchao":
+        load_torchao(torchao_source(args.torchao_src), args.build_dir)
+    else:
+        load_ours()
+    if args.build_only:
+        return
+    op = torch.ops.torchao.da8w4_linear_cpu.default
+    results = {}
+    for name in args.shapes:
+        k, n = SHAPES[name]
+        w, sw, zw, bias = make_data(k, n, args.group_size, seed=7 * k + n)
+        packed = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+        for m in args.ms:
+            gen = torch.Generator().manual_seed(m * 31 + k)
+            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).float()
+            xq, sa, za = quantize_per_token(x)
+            call = lambda: op(xq, sa, za, *packed, bias, torch.bfloat16)  # noqa: E731
+            t = time_op(call, args.min_time, args.reps)
+            results[f"{name}:{m}"] = t
+            if args.save_outputs:
+                torch.save(call(), os.path.join(args.save_outputs, f"{name}_{m}.pt"))
+    with open(args.result, "w") as f:
+        json.dump(results, f)
+
+
+# --------------------------------------------------------------------------------------
+# parent side
+# --------------------------------------------------------------------------------------
+def clock_ghz() -> float:
+    mhz = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+    except OSError:
+        pass
+    return max(mhz) / 1000 if mhz else 2.0
+
+
+def machine(threads) -> str:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = ",".join(x for x in ("amx_int8", "amx_bf16", "avx512_vnni") if x in flags) or "no AMX/VNNI"
+    return f"{model} ({isa}), {os.cpu_count()} logical CPUs, torch {torch.__version__}, {threads} threads"
+
+
+def run_worker(kind, args, tmp, tag, env_extra=None, save=False):
+    result = os.path.join(tmp, f"{tag}.json")
+    cmd = [sys.executable, __file__, "--worker", kind, "--threads", str(args.threads), "--result", result,
+           "--group-size", str(args.group_size), "--min-time", str(args.min_time), "--reps", str(args.reps),
+           "--build-dir", args.build_dir, "--shapes", *args.shapes, "--ms", *map(str, args.ms)]
+    if args.torchao_src:
+        cmd += ["--torchao-src", args.torchao_src]
+    if save:
+        out = os.path.join(tmp, f"out_{tag}")
+        os.makedirs(out, exist_ok=True)
+        cmd += ["--save-outputs", out]
+    env = dict(os.environ, **(env_extra or {}))
+    subprocess.run(cmd, env=env, check=True)
+    with open(result) as f:
+        return json.load(f)
+
+
+def compare(a_dir, b_dir, name, m):
+    a = torch.load(os.path.join(a_dir, f"{name}_{m}.pt")).float()
+    b = torch.load(os.path.join(b_dir, f"{name}_{m}.pt")).float()
+    ulp = torch.maximum(a.abs(), b.abs()).clamp_min(1e-30)
+    ulp = torch.exp2(torch.floor(torch.log2(ulp)) - 7)  # bf16: 8 significant bits
+    max_ulps = ((a - b).abs() / ulp).max().item()
+    same = (a == b).float().mean().item()
+    rel = ((a - b).norm() / a.norm().clamp_min(1e-30)).item()
+    return max_ulps, same, rel
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--torchao-src", help="torchao source tree (or its da8w4_linear.cpp)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=0.05)
+    parser.add_argument("--clock-ghz", type=float, default=None)
+    parser.add_argument("--variant", action="append", default=[], help="NAME:VAR=VALUE[,VAR=VALUE]")
+    parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "torchao_da8w4_build"))
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--worker", choices=("ours", "torchao"), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    if not args.torchao_src:
+        sys.exit("error: --torchao-src is required (a torchao source tree)")
+    torchao_source(args.torchao_src)
+    variants = []
+    for v in args.variant:
+        name, _, envs = v.partition(":")
+        variants.append((name, dict(e.split("=", 1) for e in envs.split(",") if e)))
+
+    clock = args.clock_ghz or clock_ghz()
+    peak = args.threads * 1024 * 2 * clock * 1e9
+    with tempfile.TemporaryDirectory() as tmp:
+        print("building torchao's kernel ...", file=sys.stderr, flush=True)
+        t0 = time.time()
+        subprocess.run([sys.executable, __file__, "--worker", "torchao", "--build-only", "--threads", "1",
+                        "--torchao-src", args.torchao_src, "--build-dir", args.build_dir, "--result", "-"], check=True)
+        print(f"  built in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+        runs = {"torchao": [], "ours": [], **{name: [] for name, _ in variants}}
+        for r in range(args.rounds):
+            order = [("torchao", "torchao", None), ("ours", "ours", None)] + [
+                (name, "ours", env) for name, env in variants]
+            if r % 2:
+                order.reverse()
+            for tag, kind, env in order:
+                print(f"round {r}: {tag}", file=sys.stderr, flush=True)
+                runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and tag in ("torchao", "ours"))))
+        med = {tag: {key: statistics.median(run[key] for run in rs) for key in rs[0]} for tag, rs in runs.items()}
+
+        print(f"Machine: {machine(args.threads)}; group_size {args.group_size}; bf16 output; asymmetric uint8 "
+              f"activation; warm cache; {args.rounds} rounds of alternating processes, medians; "
+              f"peak assumed: {args.threads} cores x 1024 int8 MAC/cycle x {clock:.2f} GHz = {peak / 1e12:.1f} TOPS")
+        print()
+        extra = "".join(f" {name} ratio |" for name, _ in variants)
+        print(f"| shape | M | torchao (us) | ours (us) | torchao / ours |{extra} torchao % peak | ours % peak "
+              "| max diff (bf16 ulp) | identical | rel. diff |")
+        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|")
+        table = []
+        for name in args.shapes:
+            k, n = SHAPES[name]
+            for m in args.ms:
+                key = f"{name}:{m}"
+                ta, to = med["torchao"][key], med["ours"][key]
+                ops = 2 * m * n * k
+                ulps, same, rel = compare(os.path.join(tmp, "out_torchao_0"), os.path.join(tmp, "out_ours_0"), name, m)
+                vcols = "".join(f" {ta / med[v][key]:.2f}x |" for v, _ in variants)
+                print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
+                      f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {ulps:.0f} | {100 * same:.1f}% | "
+                      f"{rel:.1e} |", flush=True)
+                table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, ulps=ulps, identical=same,
+                                  rel=rel, **{f"{v}_s": med[v][key] for v, _ in variants}))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(machine=machine(args.threads), clock_ghz=clock, rows=table), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
