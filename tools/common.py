@@ -94,6 +94,12 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
     )
 
 
+def version_key(v: str) -> tuple[int, int, int]:
+    """'2.14.1' -> (2, 14, 1), for ordering bases."""
+    a, b, c = (int(x) for x in v.split("."))
+    return a, b, c
+
+
 _VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)")
 
 
