@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 from tools.common import PatchsetError
-from tools.install import INFO_MODULE, STATE_DIR, install, status, uninstall
-from tools.patchapply import load_series, apply_series
+from tools.distinfo import INFO_MODULE
+from tools.install import install, uninstall
+from tools.install_cli import status
+from tools.journal import STATE_DIR
+from tools.patchapply import apply_series
+from tools.seriesfile import load_series
 from tools.tests import faketorch as ft
 
 REPO = ft.REPO
@@ -143,9 +147,9 @@ def test_failure_in_process_rolls_back(env, monkeypatch):
     """An exception half-way (e.g. disk full) rolls back at once, without waiting for the next command."""
     site, patches, meta, _ = env
     before = ft.tree_digest(site)
-    import tools.install as inst
+    import tools.journal as inst
 
-    real = inst._write_atomic
+    real = inst.write_atomic
     calls = {"n": 0}
 
     def flaky(target, data, **kw):
@@ -155,7 +159,7 @@ def test_failure_in_process_rolls_back(env, monkeypatch):
                 raise OSError(28, "No space left on device")
         return real(target, data, **kw)
 
-    monkeypatch.setattr(inst, "_write_atomic", flaky)
+    monkeypatch.setattr(inst, "write_atomic", flaky)
     with pytest.raises(PatchsetError, match="rolled back: No space left"):
         install(site, patches, meta)
     assert ft.tree_digest(site) == before
