@@ -13,8 +13,15 @@ from pathlib import Path
 
 from tools.common import PatchMeta
 
-# what only exists in this fork: raw results, the shared scratch area, paths outside the repo, the fork's CLI
-FORK_ONLY_RE = re.compile(r"benchmarks/results/|\bresults/|\bshared/|\.\./|\$OUT\b|-m tools\b|\bprevious (?:series|session)\b")
+# what only exists in this fork: its benchmarks/ and raw results, the shared scratch area, paths outside the
+# repo, the fork's CLI, earlier versions of the patch
+FORK_ONLY_RE = re.compile(r"\bbenchmarks/|\bresults/|\bshared/|\.\./|\$OUT\b|-m tools\b|\bprevious (?:series|session)\b")
+# fork references a reviewer can still read, said without the path
+_REWORDS = ((re.compile(r"\bbenchmarks/README\.md\b"), "the Measured section"),
+            (re.compile(r"`benchmarks/([\w.-]+\.py)`"), r"the `\1` harness"),
+            (re.compile(r"`(python3? )benchmarks/([^`]*)`"), r"`\1\2`"),
+            (re.compile(r" installed with `python3? -m tools [^`]*`"), " installed"),
+            (re.compile(r"(^|\.\*{0,2} )the `"), r"\1The `"))
 HISTORY_HEADING_RE = re.compile(r"previous series|\bhistory\b|\bbefore the\b", re.I)
 MAX_TABLE_ROWS = 16
 
@@ -73,6 +80,8 @@ def blocks(text: str) -> list[tuple[str, list[str]]]:
 def sanitize(para: str) -> str:
     """One paragraph as one line, without the parentheses and sentences that point into the fork."""
     text = " ".join(line.strip() for line in para.splitlines())
+    for pattern, words in _REWORDS:
+        text = pattern.sub(words, text)
     text = re.sub(r"\s*\([^()]*\)", lambda m: "" if FORK_ONLY_RE.search(m.group(0)) else m.group(0), text)
     sentences = re.split(r"(?<=[.;])\s+(?=[A-Z`*(])", text)
     return " ".join(s for s in sentences if not FORK_ONLY_RE.search(s)).strip()
@@ -93,11 +102,12 @@ def measured(section: str | None) -> list[str]:
         elif skip_level is None:
             kept.append((kind, lines))
     table = next((i for i, (k, _) in enumerate(kept) if k == "table"), None)
-    setup = next((i for i, (k, _) in enumerate(kept) if k == "para" and (table is None or i < table)), None)
-    caption = table - 1 if table and kept[table - 1][0] == "para" and table - 1 != setup else None
+    paras = [i for i, (k, _) in enumerate(kept) if k == "para" and (table is None or i < table)]
+    # the setup (first paragraph), the machine, and the caption (the paragraph right above the table)
+    chosen = paras[:1] + [i for i in paras[1:] if kept[i][1][0].startswith("Machine")] + paras[-1:]
     out = []
-    for i in (setup, caption):
-        if i is not None and (text := sanitize("\n".join(kept[i][1]))):
+    for i in dict.fromkeys(chosen):
+        if text := sanitize("\n".join(kept[i][1])):
             out += [text, ""]
     if table is not None:
         rows = [r for r in kept[table][1] if not FORK_ONLY_RE.search(r)]
