@@ -26,13 +26,12 @@ undone as above: HEAD, index and work tree as they were, no ``.git/rebase-apply`
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from pathlib import Path
 
 from tools import gitutil
-from tools.common import PatchsetError, base_of_version, progress
+from tools.common import PatchsetError, add_subcommand, base_of_version, progress
 from tools.patchfile import Patch, parse_patch
 from tools.seriesfile import read_series
 from tools.sources import Sources, add_repo_root_arg, select_bases, sources_from_args
@@ -208,15 +207,9 @@ def _cmd_apply(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "apply",
-        help="git am the series for a PyTorch checkout's version onto it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "apply", "git am the series for a PyTorch checkout's version onto it", __doc__, _cmd_apply)
     p.add_argument("checkout", help="top directory of a PyTorch git checkout (or of a pristine base clone)")
     p.add_argument("--patches", metavar="DIR", help="directory holding v<base>/series (default: this repo's patches/)")
     p.add_argument("--base", metavar="X.Y.Z", help="use this base's series whatever the checkout's version says")
     p.add_argument("--3way", dest="three_way", action="store_true", help="three-way merge a patch that does not apply as it is (a checkout with its own edits)")
     add_repo_root_arg(p)
-    p.set_defaults(func=_cmd_apply)

@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from tools import fsutil, gitutil
-from tools.common import CACHE_DIR, PatchsetError, load_patchset, progress
+from tools.common import CACHE_DIR, PatchsetError, add_subcommand, load_patchset, progress
 from tools.fsutil import sha256_file
 
 STAMP_NAME = "torch-patchset.json"
@@ -199,12 +199,6 @@ def _cmd_bases(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "bases",
-        help="fetch torch wheels and build the pristine base trees",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "bases", "fetch torch wheels and build the pristine base trees", __doc__, _cmd_bases)
     p.add_argument("--base", action="append", metavar="X.Y.Z", help="only this base (repeatable); default: all bases")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date or locally modified")
-    p.set_defaults(func=_cmd_bases)

@@ -8,7 +8,6 @@ problem is reported with its file; exit status 1 if there is any.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import re
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import gitutil
-from tools.common import Patchset, PatchsetError, progress
+from tools.common import Patchset, PatchsetError, add_subcommand, progress
 from tools.generate import add_base_arg, build_series_commits, read_dir
 from tools.patchfile import (AFFECTS_RE, CATEGORIES, DATE_RE, SUBJECT_PREFIX, TRAILERS, UPSTREAM_STATUS_FORMS,
                              UPSTREAM_STATUS_RE, ZERO_FROM_LINE, parse_header)
@@ -253,7 +252,5 @@ def _cmd_check(args) -> int:
 
 
 def register(subparsers) -> None:
-    c = subparsers.add_parser("check", help="prove patches/ is valid, applies on every base and is in sync with its sources",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = add_subcommand(subparsers, "check", "prove patches/ is valid, applies on every base and is in sync with its sources", __doc__, _cmd_check)
     add_base_arg(c)
-    c.set_defaults(func=_cmd_check)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tools.common import PATCHSET_TOML, REPO_ROOT, PatchsetError, load_patchset
+from tools.common import PATCHSET_TOML, REPO_ROOT, PatchsetError, add_subcommand, load_patchset
 from tools.distinfo import find_site_packages
 from tools.journal import State, verify_manifest
 
@@ -79,8 +79,8 @@ def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None =
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="run each feature's examples/*.py demo on the installed patch set")
+    p = add_subcommand(subparsers, "demo", "run each feature's examples/*.py demo on the installed patch set", __doc__,
+                       lambda a: run_demos(a.strict, a.timeout, a.only))
     p.add_argument("--strict", action="store_true", help="a missing demo script is an error")
     p.add_argument("--timeout", type=int, default=900, help="seconds per demo (default: %(default)s)")
     p.add_argument("only", nargs="*", help="run only the demos whose name contains one of these")
-    p.set_defaults(func=lambda a: run_demos(a.strict, a.timeout, a.only))

@@ -14,13 +14,12 @@ earlier export made it). The author defaults to this checkout's ``git config use
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import fsutil, gitutil
-from tools.common import PatchsetError, progress, version_key
+from tools.common import PatchsetError, add_subcommand, progress, version_key
 from tools.generate import upstream_git_version
 from tools.patchfile import commit_message, patch_date
 from tools.prmd import benchmark_section, pr_markdown
@@ -119,15 +118,9 @@ def _cmd_export_pr(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "export-pr",
-        help="one upstream PR unit (branch, .patch, PR.md) per patch",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "export-pr", "one upstream PR unit (branch, .patch, PR.md) per patch", __doc__, _cmd_export_pr)
     p.add_argument("--base", metavar="X.Y.Z", help="base to export from (default: the newest base)")
     p.add_argument("--out", metavar="DIR", help="output directory (default: build/export-pr/v<base>/)")
     p.add_argument("--patch", action="append", metavar="NAME", help="only this patch (repeatable)")
     p.add_argument("--author", metavar="'NAME <EMAIL>'", help="author and committer of the PR commits (default: git config user.name/user.email)")
     add_repo_root_arg(p)
-    p.set_defaults(func=_cmd_export_pr)

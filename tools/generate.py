@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import fsutil, gitutil
-from tools.common import Patchset, PatchMeta, PatchsetError, progress
+from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, progress
 from tools.patchfile import commit_message, patch_date
 from tools.seriesfile import series_text
 from tools.sources import (Sources, add_repo_root_arg, orphan_hook_files, select_bases, sources_digest,
@@ -162,7 +162,5 @@ def add_base_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    g = subparsers.add_parser("generate", help="regenerate patches/v<base>/ from patchset.toml, hooks/, torch_overlay/, test/",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = add_subcommand(subparsers, "generate", "regenerate patches/v<base>/ from patchset.toml, hooks/, torch_overlay/, test/", __doc__, _cmd_generate)
     add_base_arg(g)
-    g.set_defaults(func=_cmd_generate)

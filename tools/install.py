@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import sys
 from pathlib import Path
 

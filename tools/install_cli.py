@@ -7,7 +7,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, load_patchset
+from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, add_subcommand, load_patchset
 from tools.distinfo import TorchDist, find_site_packages, stock_pip_hint
 from tools.fsutil import sha256_file
 from tools.install import install, uninstall
@@ -115,21 +115,18 @@ def register(subparsers) -> None:
         return args.site_packages.resolve() if args.site_packages else find_site_packages()
 
     raw = argparse.RawDescriptionHelpFormatter
-    p = subparsers.add_parser("install", help="apply the series' torch/ parts to this environment's torch",
-                              description=INSTALL_DESCRIPTION, formatter_class=raw)
+    p = add_subcommand(subparsers, "install", "apply the series' torch/ parts to this environment's torch", INSTALL_DESCRIPTION,
+                       lambda a: install(site_of(a), a.patches, a.metadata, a.replace, a.dry_run))
     common(p)
     p.add_argument("--replace", action="store_true", help="uninstall a different installed patch set first")
     p.add_argument("--dry-run", action="store_true", help="verify and list the changes; write nothing")
-    p.set_defaults(func=lambda a: install(site_of(a), a.patches, a.metadata, a.replace, a.dry_run))
 
     # uninstall reads only the manifest and backups it left in torch: no --patches
-    p = subparsers.add_parser("uninstall", help="restore this environment's torch byte for byte",
-                              description=UNINSTALL_DESCRIPTION, formatter_class=raw)
+    p = add_subcommand(subparsers, "uninstall", "restore this environment's torch byte for byte", UNINSTALL_DESCRIPTION,
+                       lambda a: uninstall(site_of(a), a.force))
     site_arg(p)
     p.add_argument("--force", action="store_true", help="restore files even if they changed since install")
-    p.set_defaults(func=lambda a: uninstall(site_of(a), a.force))
 
-    p = subparsers.add_parser("status", help="show what is installed in this environment's torch (or stock)",
-                              description=STATUS_DESCRIPTION, formatter_class=raw)
+    p = add_subcommand(subparsers, "status", "show what is installed in this environment's torch (or stock)", STATUS_DESCRIPTION,
+                       lambda a: status(site_of(a), a.patches, a.metadata))
     common(p)
-    p.set_defaults(func=lambda a: status(site_of(a), a.patches, a.metadata))

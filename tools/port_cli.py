@@ -27,11 +27,11 @@ Exit status: 0 when every patch carried (or was already there), 1 when some hunk
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from tools import gitutil
+from tools.common import add_subcommand
 from tools.port import PortResult, port
 from tools.sources import Sources, add_repo_root_arg, sources_from_args
 
@@ -105,12 +105,7 @@ def _cmd_port(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "port",
-        help="carry every hook diff to a new torch release by three-way merge",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "port", "carry every hook diff to a new torch release by three-way merge", __doc__, _cmd_port)
     p.add_argument("version", help="the torch release to port to, X.Y.Z (e.g. 2.14.1)")
     p.add_argument("--from", dest="from_base", metavar="X.Y.Z", help="carry every hook from this base (default: the nearest, see above)")
     p.add_argument("--patch", action="append", metavar="NAME", help="only this patch (repeatable)")
@@ -118,4 +113,3 @@ def register(subparsers) -> None:
     p.add_argument("--write", action="store_true", help="add the version to patchset.toml's bases ([patchset] and each ported patch)")
     p.add_argument("--workdir", metavar="DIR", help="for each patch that needs hand work, leave DIR/<patch>/: the new base with its merge result")
     add_repo_root_arg(p)
-    p.set_defaults(func=_cmd_port)

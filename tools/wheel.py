@@ -21,7 +21,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from tools.common import CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, base_of_version, load_patchset, progress
+from tools.common import (CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, add_subcommand, base_of_version,
+                          load_patchset, progress)
 from tools.distinfo import (INFO_MODULE, info_module_source, metadata_version, parse_record, read_info_module,
                             record_hash)
 from tools.fsutil import sha256_bytes
@@ -200,9 +201,7 @@ verified, with --verify). `pip install` it; `python -m tools status` then report
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("wheel", help="build a patched torch wheel (+<local>.inductorpatchset.<ver>)",
-                              description=WHEEL_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_subcommand(subparsers, "wheel", "build a patched torch wheel (+<local>.inductorpatchset.<ver>)", WHEEL_DESCRIPTION, None)
     p.add_argument("--from", dest="src", type=Path, required=True, help="stock torch wheel")
     p.add_argument("--out", type=Path, default=Path("dist"), help="output directory (default: %(default)s)")
     p.add_argument("--patches", type=Path, default=PATCHES_DIR, help="generated patches dir (default: %(default)s)")

@@ -273,3 +273,20 @@ def fake_generated(tmp_path, fake_cache, _fake_templates) -> FakePatchset:
     root = tmp_path / "repo"
     shutil.copytree(_fake_templates[1], root, symlinks=True)
     return FakePatchset(root, fake_cache)
+
+
+def generate_fake(fp: FakePatchset, **kw):
+    from tools.generate import generate
+
+    return generate(fp.sources, cache_dir=fp.cache, warn=lambda m: None, **kw)
+
+
+def check_fake(fp: FakePatchset, **kw):
+    """(problems, what check printed)."""
+    import io
+
+    from tools.check import check
+
+    out = io.StringIO()
+    probs = check(fp.sources, cache_dir=fp.cache, out=out, **kw)
+    return probs, out.getvalue()

@@ -122,7 +122,7 @@ def test_real_wheel_matches_install(tmp_path):
     suite run against `install` also covers the wheel's code), and only version.py/_patchset_info differ."""
     from tools.common import CACHE_DIR
     from tools.journal import STATE_DIR
-    from tools.tests.test_install import REAL_PATCHES, clone_real_site
+    from tools.tests.test_install_real import REAL_PATCHES, clone_real_site
 
     wheels = sorted((CACHE_DIR / "wheels").glob("torch-2.13.0+cpu-*.whl")) + sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
     if not wheels or not (REAL_PATCHES / "v2.13.0" / "series").exists():
