@@ -26,15 +26,16 @@ undone as above: HEAD, index and work tree as they were, no ``.git/rebase-apply`
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from pathlib import Path
 
 from tools import gitutil
-from tools.common import PatchsetError, base_of_version, progress
-from tools.patchapply import apply_file_diff, parse_patch
-from tools.series import Sources, read_series_names
+from tools.common import PatchsetError, add_subcommand, base_of_version, progress
+from tools.patchfile import Patch, parse_patch
+from tools.seriesfile import read_series
+from tools.sources import Sources, add_repo_root_arg, select_bases, sources_from_args
+from tools.threeway import ConflictError, conflict_hunks, missing_base_blobs, series_preimages
 
 _VERSION_PY_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
 _PR_RESOLVED = "Pull Request resolved: "
@@ -55,140 +56,24 @@ def detect_version(checkout: Path) -> tuple[str, Path]:
     raise PatchsetError(checkout, "cannot tell the torch version: no version.txt (PyTorch checkout) and no __version__ in torch/version.py")
 
 
-@dataclasses.dataclass
-class PatchInfo:
-    path: Path
-    subject: str
-    pr_url: str | None
-    new_files: dict[str, str]  # path -> blob sha of the added file
-
-
-def read_patch_info(path: Path) -> PatchInfo:
-    text = path.read_text(errors="replace")
-    head = text.partition("\ndiff --git ")[0]
-    subject = next((l[len("Subject: ") :] for l in head.splitlines() if l.startswith("Subject: ")), path.stem)
-    m = re.search(r"^Upstream-Status: Submitted \[?(https?://\S+?)\]?$", head, re.M)
-    new_files = {}
-    for block in re.split(r"^diff --git ", text, flags=re.M)[1:]:
-        if "\nnew file mode " not in block:
-            continue
-        idx = re.search(r"^index 0+\.\.([0-9a-f]{40})$", block, re.M)
-        dst = re.search(r"^\+\+\+ b/(.+)$", block, re.M)
-        if idx and dst:
-            new_files[dst.group(1)] = idx.group(1)
-    return PatchInfo(path, subject, m.group(1) if m else None, new_files)
-
-
-def already_applied(checkout: Path, info: PatchInfo, env: dict) -> str | None:
+def already_applied(checkout: Path, patch: Patch, env: dict) -> str | None:
     """Why the patch's change is already in the checkout, or None."""
-    r = gitutil.git("apply", "--check", "--reverse", info.path.resolve(), cwd=checkout, env=env, check=False)
+    r = gitutil.git("apply", "--check", "--reverse", patch.path.resolve(), cwd=checkout, env=env, check=False)
     if r.ok:
         return "its change is already there (the patch reverse-applies)"
-    if info.pr_url:
-        r = gitutil.git("log", "-1", "--format=%h", "-F", f"--grep={_PR_RESOLVED}{info.pr_url}", "HEAD", cwd=checkout, env=env, check=False)
+    url = patch.header.submitted_url
+    if url:
+        r = gitutil.git("log", "-1", "--format=%h", "-F", f"--grep={_PR_RESOLVED}{url}", "HEAD", cwd=checkout, env=env, check=False)
         if r.ok and r.stdout.strip():
-            return f"upstream merged {info.pr_url} (commit {r.stdout.strip()})"
-    if info.new_files:
-        for p, sha in info.new_files.items():
+            return f"upstream merged {url} (commit {r.stdout.strip()})"
+    new_files = patch.new_files
+    if new_files:
+        for p, sha in new_files.items():
             r = gitutil.git("rev-parse", "--verify", "--quiet", f"HEAD:{p}", cwd=checkout, env=env, check=False)
             if not r.ok or r.stdout.strip() != sha:
                 return None
-        return f"the files it adds ({', '.join(info.new_files)}) are already there with identical content"
+        return f"the files it adds ({', '.join(new_files)}) are already there with identical content"
     return None
-
-
-_INDEX_RE = re.compile(r"^diff --git a/(\S+) b/\S+\n(?:(?!diff --git ).*\n)*?index ([0-9a-f]{40})\.\.([0-9a-f]{40})", re.M)
-
-
-@dataclasses.dataclass
-class PreImages:
-    """The blobs ``git am --3way`` needs for each patch: path -> (pre-image blob, its content, or None when
-    the content must come from the checkout, i.e. the pristine blob of the first patch touching the file).
-    Later patches touching the same file start from "pristine + the earlier patches", a blob no PyTorch clone
-    has; it is computed here (strict applier, same bytes as ``git am``) and written to the checkout's object
-    store only when that patch needs the merge."""
-
-    per_patch: dict[str, list[tuple[str, str, bytes | None]]]
-
-
-def series_preimages(checkout: Path, sdir: Path, names: list[str], env: dict) -> PreImages:
-    state: dict[str, bytes | None] = {}
-    per_patch = {}
-    for n in names:
-        path = sdir / n
-        blobs = {m.group(1): m.group(2) for m in _INDEX_RE.finditer(path.read_text(errors="replace"))}
-        need = []
-        for fd in parse_patch(path).files:
-            blob = blobs.get(fd.path)
-            if fd.kind == "add" or blob is None or set(blob) == {"0"}:
-                cur = None
-            elif fd.path in state:
-                cur = state[fd.path]
-                need.append((fd.path, blob, cur))
-            else:
-                r = gitutil.git("cat-file", "blob", blob, cwd=checkout, env=env, check=False, binary=True)
-                cur = r.stdout if r.returncode == 0 else None
-                need.append((fd.path, blob, None))
-                if cur is None:
-                    state[fd.path] = None
-                    continue
-            if fd.path in state and state[fd.path] is None and fd.kind != "add":
-                continue  # its pristine blob is missing: already reported for the first patch
-            try:
-                state[fd.path] = apply_file_diff(cur, fd, str(path))
-            except PatchsetError:
-                state[fd.path] = None
-        per_patch[n] = need
-    return PreImages(per_patch)
-
-
-def missing_base_blobs(checkout: Path, pre: PreImages, name: str, env: dict) -> list[tuple[str, str]]:
-    """Write the computed pre-images ``name`` needs; return (file, blob) for those neither there nor computable."""
-    missing = []
-    for f, blob, content in pre.per_patch.get(name, []):
-        if gitutil.git("cat-file", "-e", f"{blob}^{{blob}}", cwd=checkout, env=env, check=False).ok:
-            continue
-        if content is None:
-            missing.append((f, blob))
-            continue
-        got = gitutil.git("hash-object", "-w", "--no-filters", "--stdin", cwd=checkout, env=env, input=content).stdout.strip()
-        if got != blob:
-            missing.append((f, blob))
-    return missing
-
-
-@dataclasses.dataclass
-class ConflictHunk:
-    file: str
-    first: int  # line range of the conflict block in the merged file, 1-based
-    last: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.first}-{self.last}: {self.reason}"
-
-
-def conflict_hunks(checkout: Path, am_output: str, env: dict) -> list[ConflictHunk]:
-    """The conflicts a stopped ``git am --3way`` left: each marker block of each unmerged file, or git's
-    CONFLICT line for a file without markers (modify/delete ...)."""
-    files = list(dict.fromkeys(gitutil.git("diff", "--name-only", "--diff-filter=U", cwd=checkout, env=env, check=False).stdout.split()))
-    out = []
-    for f in files:
-        p = checkout / f
-        blocks = []
-        if p.is_file():
-            start = None
-            for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-                if line.startswith("<<<<<<< ") or line == "<<<<<<<":
-                    start = i
-                elif start and (line.startswith(">>>>>>> ") or line == ">>>>>>>"):
-                    blocks.append(ConflictHunk(f, start, i, "conflict: the checkout and the patch both change these lines"))
-                    start = None
-        if not blocks:
-            why = next((l.strip() for l in am_output.splitlines() if l.startswith("CONFLICT") and f in l), "unmerged (no conflict markers)")
-            blocks.append(ConflictHunk(f, 0, 0, why))
-        out += blocks
-    return out
 
 
 def _restore(checkout: Path, orig: str, env: dict) -> None:
@@ -209,14 +94,6 @@ class ApplyResult:
     merged: list[str] = dataclasses.field(default_factory=list)  # applied by three-way merge
 
 
-class ConflictError(PatchsetError):
-    """A three-way merge conflict; ``hunks`` lists them. The checkout has been restored."""
-
-    def __init__(self, where, reason: str, hunks: list[ConflictHunk]):
-        super().__init__(where, reason)
-        self.hunks = hunks
-
-
 def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = None, *, base: str | None = None, three_way: bool = False) -> ApplyResult:
     checkout = checkout.resolve()
     sources = sources or Sources()
@@ -228,8 +105,7 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
     ps = sources.load()
     forced = base is not None
     if base is not None:
-        if base not in ps.bases:
-            raise PatchsetError(f"--base {base}", f"not a base of this patch set ({', '.join(ps.bases)})")
+        select_bases(ps, [base])
     else:
         try:
             base = base_of_version(version, ps)
@@ -240,13 +116,9 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
                 + "; to apply one anyway: --base X.Y.Z (with --3way if the files differ from that base)",
             ) from e
     sdir = patches_dir / f"v{base}"
-    series = sdir / "series"
-    if not series.is_file():
-        raise PatchsetError(series, f"missing; generate it with `python -m tools generate --base {base}`")
-    names = [n for _, n in read_series_names(series)]
-    for n in names:
-        if not (sdir / n).is_file():
-            raise PatchsetError(sdir / n, f"listed in {series} but missing")
+    if not (sdir / "series").is_file():
+        raise PatchsetError(sdir / "series", f"missing; generate it with `python -m tools generate --base {base}`")
+    names = [p.name for p in read_series(sdir)]
     env = gitutil.user_env()
     if gitutil.git("var", "GIT_COMMITTER_IDENT", cwd=checkout, env=env, check=False).returncode != 0:
         env.update(GIT_COMMITTER_NAME=gitutil.PATCHSET_AUTHOR[0], GIT_COMMITTER_EMAIL=gitutil.PATCHSET_AUTHOR[1])
@@ -269,8 +141,7 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
     pre = series_preimages(checkout, sdir, names, env) if three_way else None
     try:
         for i, n in enumerate(names, 1):
-            info = read_patch_info(sdir / n)
-            why = already_applied(checkout, info, env)
+            why = already_applied(checkout, parse_patch(sdir / n), env)
             if why:
                 progress(f"apply [{i}/{len(names)}] skip {n}: {why}")
                 skipped.append((n, why))
@@ -322,7 +193,7 @@ def apply_series(checkout: Path, patches_dir: Path, sources: Sources | None = No
 
 
 def _cmd_apply(args) -> int:
-    sources = Sources(Path(args.repo_root).resolve()) if args.repo_root else Sources()
+    sources = sources_from_args(args)
     patches_dir = Path(args.patches).resolve() if args.patches else sources.patches_dir
     res = apply_series(Path(args.checkout), patches_dir, sources, base=args.base, three_way=args.three_way)
     print(f"torch {res.version}{f' (series v{res.base}, --base)' if args.base else ''}: applied {len(res.applied)}, skipped {len(res.skipped)} (already there)")
@@ -336,15 +207,9 @@ def _cmd_apply(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "apply",
-        help="git am the series for a PyTorch checkout's version onto it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "apply", "git am the series for a PyTorch checkout's version onto it", __doc__, _cmd_apply)
     p.add_argument("checkout", help="top directory of a PyTorch git checkout (or of a pristine base clone)")
     p.add_argument("--patches", metavar="DIR", help="directory holding v<base>/series (default: this repo's patches/)")
     p.add_argument("--base", metavar="X.Y.Z", help="use this base's series whatever the checkout's version says")
     p.add_argument("--3way", dest="three_way", action="store_true", help="three-way merge a patch that does not apply as it is (a checkout with its own edits)")
-    p.add_argument("--repo-root", help=argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_apply)
+    add_repo_root_arg(p)

@@ -18,18 +18,16 @@ A base tree with local edits is never replaced without ``--force``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from tools import gitutil
-from tools.common import CACHE_DIR, PatchsetError, load_patchset, progress
+from tools import fsutil, gitutil
+from tools.common import CACHE_DIR, PatchsetError, add_subcommand, load_patchset, progress
+from tools.fsutil import sha256_file
 
 STAMP_NAME = "torch-patchset.json"
 STAMP_FORMAT = 2  # bump when the tree-building recipe changes: trees are rebuilt
@@ -80,14 +78,6 @@ def fetch_wheel(base: str, wdir: Path) -> Path:
     return wheel
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def read_stamp(tree: Path) -> dict | None:
     try:
         return json.loads((tree / ".git" / STAMP_NAME).read_text())
@@ -129,10 +119,7 @@ def build_tree(wheel: Path, dest: Path, base: str, ident: dict | None = None) ->
     """Extract ``wheel``'s torch/**/*.py into a fresh git repo and swap it in at ``dest``. Returns the commit.
     Nothing at ``dest`` changes unless the whole build succeeded."""
     ident = ident or wheel_identity(wheel, None)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    tmp.chmod(0o755)
-    try:
+    with fsutil.replacing_dir(dest) as tmp:
         try:
             zf = zipfile.ZipFile(wheel)
         except (OSError, zipfile.BadZipFile) as e:
@@ -163,19 +150,7 @@ def build_tree(wheel: Path, dest: Path, base: str, ident: dict | None = None) ->
         commit = gitutil.rev_parse(tmp, env=env)
         stamp = {"format": STAMP_FORMAT, "base": base, **ident, "commit": commit}
         (tmp / ".git" / STAMP_NAME).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
-        # swap: the old tree (if any) goes away only after the new one is in place
-        old = None
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-            old.rmdir()
-            dest.rename(old)
-        tmp.rename(dest)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-        return commit
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    return commit
 
 
 def ensure_base(base: str, cache_dir: Path | None = None, *, force: bool = False, fetch: bool = True) -> Path:
@@ -224,12 +199,6 @@ def _cmd_bases(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "bases",
-        help="fetch torch wheels and build the pristine base trees",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(subparsers, "bases", "fetch torch wheels and build the pristine base trees", __doc__, _cmd_bases)
     p.add_argument("--base", action="append", metavar="X.Y.Z", help="only this base (repeatable); default: all bases")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date or locally modified")
-    p.set_defaults(func=_cmd_bases)

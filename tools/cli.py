@@ -9,16 +9,17 @@ import sys
 
 from tools.common import PatchsetError
 
-# module name -> imported lazily so one broken subcommand never hides the others
+# each registers its subcommand(s), in this order
 SUBCOMMAND_MODULES = [
     "tools.bases",  # bases: fetch wheels, build pristine git trees
-    "tools.series",  # generate, check
+    "tools.generate",  # generate
+    "tools.check",  # check
     "tools.apply",  # apply onto a PyTorch checkout
-    "tools.install",  # install, uninstall, status onto the current env's torch
+    "tools.install_cli",  # install, uninstall, status onto the current env's torch
     "tools.wheel",  # wheel: patched torch wheel
     "tools.export_pr",  # export-pr
     "tools.demo",  # demo: show each landed pass firing
-    "tools.port",  # port: carry the hooks to a new torch release
+    "tools.port_cli",  # port: carry the hooks to a new torch release
 ]
 
 
@@ -34,13 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # not written yet
-            raise
-        mod.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -24,6 +25,13 @@ class PatchsetError(Exception):
         self.where = str(where)
         self.reason = reason
         super().__init__(f"{self.where}: {reason}")
+
+
+def add_subcommand(subparsers, name: str, help: str, description: str | None, func) -> argparse.ArgumentParser:
+    """``python -m tools <name>``: ``description`` (a module docstring) is shown as written by ``--help``."""
+    p = subparsers.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=func)
+    return p
 
 
 def progress(msg: str) -> None:
@@ -92,6 +100,12 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
         bases=tuple(top["bases"]),
         patches=tuple(patches),
     )
+
+
+def version_key(v: str) -> tuple[int, int, int]:
+    """'2.14.1' -> (2, 14, 1), for ordering bases."""
+    a, b, c = (int(x) for x in v.split("."))
+    return a, b, c
 
 
 _VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)")

@@ -1,8 +1,7 @@
 """``demo``: run each feature's demo script with this interpreter, after checking the patch set is installed.
 
 A feature's demo is ``examples/<patch name without 'inductor-', dashes as underscores>.py`` (for example
-``inductor-cat-linear-fused`` -> ``examples/cat_linear_fused.py``), or the path in its ``[[patch]]`` table's
-optional ``demo`` key. Each script defines ``main()`` (what fired: counters, a FileCheck-able snippet of the
+``inductor-cat-linear-fused`` -> ``examples/cat_linear_fused.py``). Each script defines ``main()`` (what fired: counters, a FileCheck-able snippet of the
 generated code; no timings, those are in benchmarks/README.md); it is run in its own process as ``runpy.run_path(script)["main"]()``. A missing demo is reported, not
 fatal (unless ``--strict``); other ``examples/*.py`` are run after the features'.
 """
@@ -13,11 +12,11 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
-from tools.common import PATCHSET_TOML, REPO_ROOT, PatchsetError, load_patchset
-from tools.install import State, find_site_packages, verify_manifest
+from tools.common import PATCHSET_TOML, REPO_ROOT, PatchsetError, add_subcommand, load_patchset
+from tools.distinfo import find_site_packages
+from tools.journal import State, verify_manifest
 
 EXAMPLES_DIR = REPO_ROOT / "examples"
 RUNNER = "import runpy, sys; m = runpy.run_path(sys.argv[1]); m['main']() if 'main' in m else sys.exit('no main()')"
@@ -31,12 +30,7 @@ KNOWN_HARMLESS_WARNINGS = (
 
 def demo_scripts(metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) -> list[tuple[str, Path]]:
     ps = load_patchset(metadata)
-    raw = {p["name"]: p for p in tomllib.loads(metadata.read_text()).get("patch", [])}
-    out = []
-    for p in ps.patches:
-        rel = raw.get(p.name, {}).get("demo")
-        path = REPO_ROOT / rel if rel else examples / (p.name.removeprefix("inductor-").replace("-", "_") + ".py")
-        out.append((p.name, path))
+    out = [(p.name, examples / (p.name.removeprefix("inductor-").replace("-", "_") + ".py")) for p in ps.patches]
     known = {path.resolve() for _, path in out}
     for extra in sorted(examples.glob("*.py")) if examples.is_dir() else []:
         if extra.resolve() not in known and not extra.name.startswith("_"):
@@ -85,8 +79,8 @@ def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None =
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="run each feature's examples/*.py demo on the installed patch set")
+    p = add_subcommand(subparsers, "demo", "run each feature's examples/*.py demo on the installed patch set", __doc__,
+                       lambda a: run_demos(a.strict, a.timeout, a.only))
     p.add_argument("--strict", action="store_true", help="a missing demo script is an error")
     p.add_argument("--timeout", type=int, default=900, help="seconds per demo (default: %(default)s)")
     p.add_argument("only", nargs="*", help="run only the demos whose name contains one of these")
-    p.set_defaults(func=lambda a: run_demos(a.strict, a.timeout, a.only))

@@ -174,3 +174,14 @@ def explain_apply_failure(output: str) -> tuple[str | None, str]:
     if not reasons:
         reasons = [output.strip().splitlines()[0] if output.strip() else "git reported no reason"]
     return file, "; ".join(dict.fromkeys(reasons))
+
+
+def apply_failure_text(output: str) -> str:
+    """explain_apply_failure as one phrase: 'reason [file]'."""
+    file, reason = explain_apply_failure(output)
+    return reason + (f" [{file}]" if file else "")
+
+
+def format_patch(repo: Path, commit: str) -> bytes:
+    """``commit`` as a byte-stable ``git format-patch`` file (FORMAT_PATCH_FLAGS, isolated config)."""
+    return git("format-patch", *FORMAT_PATCH_FLAGS, "--stdout", "-1", commit, cwd=repo, env=isolated_env(), binary=True).stdout

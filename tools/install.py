@@ -1,408 +1,34 @@
-"""``install`` / ``uninstall`` / ``status``: the series' ``torch/`` parts onto the current environment's torch.
+"""``install`` / ``uninstall``: the series' ``torch/`` parts onto the current environment's torch, as one
+transaction (``tools.journal``), and back.
 
-Where the state lives (decided, see README "Installing onto an existing torch"):
-``<site-packages>/torch/_inductor/.patchset/`` holds ``manifest.json`` (what is installed), ``backup/<path>``
-(the pristine bytes of every file we modified) and, only while a transaction runs, ``journal.json``. It sits inside the package it changes, so ``rm -rf torch`` takes it along, and its dotted name is not
-an importable module, so neither ``import`` nor Inductor's ``torch_key()`` (which hashes every module under
-``torch/``) ever sees it. Nothing else outside ``torch/`` is written; the lock file lives in the temp dir.
-
-Transaction: everything is verified and computed first (RECORD sha256 of every touched file, strict apply of
-the series, absent targets for added files); then a journal is fsynced, backups are written, and each target is
-replaced atomically (temp file beside it, fsync, ``os.replace``). The manifest is written last and the journal removed.
-If anything fails, or the process is killed, the journal tells the next ``install``/``uninstall``/``status``
-to put every journaled file back to its pristine bytes. An interrupted ``uninstall`` is completed the same way
-(its goal is the pristine state too), so after any interruption torch is stock, byte for byte.
-
-Cache safety: ``install`` also adds ``torch/_inductor/_patchset_info.py`` (name, version, base, series and
-its sha256). ``torch_key()`` hashes every module's source under ``torch/``, so this file puts the patch set's
-identity into every FX-graph and AOTAutograd cache key, even for two patch set versions whose ``torch/``
-contents happen to be identical. ``tools/tests/test_cache_key.py`` proves it.
+Everything is verified and computed first (``plan_install``: the RECORD sha256 of every touched file, the strict
+apply of the series, absent targets for added files, and a series that is not older than its sources); only then
+does ``tools.journal.commit_install`` write. ``install`` also adds ``torch/_inductor/_patchset_info.py``
+(``tools.distinfo``), which puts the patch set's identity into Inductor's cache keys.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
-import base64
-import contextlib
-import csv
 import datetime
-import hashlib
-import importlib.util
-import io
-import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, base_of_version, load_patchset, progress
-from tools.patchapply import Patch, apply_series, load_series, series_digest
-
-STATE_DIR = "torch/_inductor/.patchset"
-INFO_MODULE = "torch/_inductor/_patchset_info.py"
-MANIFEST_FORMAT = 1
-# Fault injection for tests: exit abruptly (like SIGKILL) after this many target files were replaced.
-CRASH_ENV = "TORCH_PATCHSET_CRASH_AFTER"
-
-
-# ----------------------------------------------------------------------------- hashing / dist-info helpers
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def record_hash(hexdigest: str) -> str:
-    """hex sha256 -> the RECORD form 'sha256=<urlsafe b64, no padding>'."""
-    return "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(hexdigest)).rstrip(b"=").decode()
-
-
-def record_to_hex(value: str) -> str | None:
-    if not value.startswith("sha256="):
-        return None
-    b = value[len("sha256=") :]
-    try:
-        return base64.urlsafe_b64decode(b + "=" * (-len(b) % 4)).hex()
-    except ValueError:
-        return f"<invalid {value}>"  # never equals a real digest
-
-
-def parse_record(text: str) -> dict[str, tuple[str | None, str]]:
-    """RECORD -> path -> (hex sha256 or None, size)."""
-    out = {}
-    for row in csv.reader(io.StringIO(text)):
-        if not row:
-            continue
-        path, h, size = (row + ["", ""])[:3]
-        out[path] = (record_to_hex(h) if h else None, size)
-    return out
-
-
-def metadata_version(text: str, where: str) -> str:
-    for line in text.splitlines():
-        if not line.strip():
-            break  # end of headers
-        if line.lower().startswith("version:"):
-            return line.split(":", 1)[1].strip()
-    raise PatchsetError(where, "no 'Version:' header in METADATA")
-
-
-def info_module_source(name: str, version: str, base: str, patches: list[Patch], how: str,
-                       series_state: str = "committed") -> bytes:
-    series = "".join(f"    ({p.name!r}, {p.sha256!r}),\n" for p in patches)
-    return (
-        f'"""Identity of the {name} patch set applied to this torch (generated by `python -m tools {how}`; '
-        f"do not edit).\n\n"
-        "Inductor's torch_key() hashes the source of every module under torch/, so this file makes the patch\n"
-        "set's name, version and exact series part of every FX-graph / AOTAutograd cache key.\n"
-        '"""\n\n'
-        f"name = {name!r}\n"
-        f"version = {version!r}\n"
-        f"base = {base!r}\n"
-        f"installed_by = {how!r}\n"
-        f"series_sha256 = {series_digest(patches)!r}\n"
-        f"series_state = {series_state!r}  # committed | modified (differs from git HEAD) | unknown (no git)\n"
-        f"series = (\n{series})\n"
-    ).encode()
-
-
-def read_info_module(data: bytes) -> dict:
-    """The literal assignments of a _patchset_info.py (never imported)."""
-    out = {}
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError):
-        return out
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            with contextlib.suppress(ValueError, TypeError, SyntaxError):
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-    return out
-
-
-def series_state(series_dir: Path) -> tuple[str, str]:
-    """Is this series the one committed in its git checkout? ('committed' | 'modified' | 'unknown', detail).
-    The committed files are the recorded series (`check` proves them); anything else was edited by hand or
-    regenerated without committing. No git, or not a checkout: 'unknown' (install never needs git)."""
-    env = {**os.environ, "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1"}
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(series_dir), *args], capture_output=True, text=True, env=env,
-                              timeout=60)
-
-    try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        if head.returncode:
-            return "unknown", f"{series_dir} is not in a git checkout; cannot compare it with a committed series"
-        st = git("status", "--porcelain", "--untracked-files=all", "--", ".")
-    except (OSError, subprocess.SubprocessError) as e:
-        return "unknown", f"cannot run git ({e}); cannot compare {series_dir} with a committed series"
-    changed = [line[3:] for line in st.stdout.splitlines() if line.strip()]
-    if st.returncode == 0 and not changed:
-        return "committed", f"as committed (git HEAD {head.stdout.strip()})"
-    return "modified", (f"differs from the committed series at git HEAD {head.stdout.strip()} "
-                        f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})")
-
-
-def stock_pip_hint(version: str) -> str:
-    public = version.partition("+")[0]
-    return f"`pip install --force-reinstall --no-deps torch=={public}`"
-
-
-class TorchDist:
-    """The installed torch distribution in one site-packages directory."""
-
-    def __init__(self, site: Path):
-        self.site = site
-        cands = []
-        for d in sorted(site.glob("torch-*.dist-info")):
-            try:
-                meta = (d / "METADATA").read_text(errors="replace")
-            except OSError:
-                continue
-            if any(l.strip().lower() == "name: torch" for l in meta.splitlines()[:20]):
-                cands.append((d, meta))
-        if not cands:
-            raise PatchsetError(site, "no torch-*.dist-info with 'Name: torch' here (torch not installed by pip?)")
-        if len(cands) > 1:
-            raise PatchsetError(site, "several torch dist-info dirs: " + ", ".join(d.name for d, _ in cands))
-        self.dist_info, meta = cands[0]
-        self.metadata_path = self.dist_info / "METADATA"
-        self.version = metadata_version(meta, str(self.metadata_path))
-        rec = self.dist_info / "RECORD"
-        try:
-            self.record = parse_record(rec.read_text())
-        except OSError as e:
-            raise PatchsetError(rec, f"cannot read RECORD ({e.strerror}); an editable/source install? use `apply` on the checkout") from e
-
-    def wheel_patchset(self) -> dict | None:
-        """The patch set a patched wheel (`python -m tools wheel`) built into this torch, or None: pip installed
-        our _patchset_info.py as part of torch itself (it is in RECORD), so no manifest of ours exists."""
-        if INFO_MODULE not in self.record:
-            return None
-        try:
-            info = read_info_module((self.site / INFO_MODULE).read_bytes())
-        except OSError:
-            info = {}
-        return {"name": info.get("name", "?"), "version": info.get("version", "?"), "base": info.get("base", "?"),
-                "series_sha256": info.get("series_sha256"), "installed_by": info.get("installed_by", "?"),
-                "series": info.get("series", ())}
-
-    def describe_wheel_patchset(self, w: dict) -> str:
-        return (f"this torch {self.version} was pip-installed from a wheel patched by `python -m tools wheel` "
-                f"({w['name']} {w['version']}, base {w['base']}): the patch set is part of torch's own RECORD, "
-                "not an install of ours")
-
-
-def find_site_packages() -> Path:
-    spec = importlib.util.find_spec("torch")  # does not import torch
-    if spec is None or not spec.origin:
-        raise PatchsetError(sys.executable, "torch is not installed in this Python environment")
-    return Path(spec.origin).resolve().parent.parent
-
-
-# ----------------------------------------------------------------------------- locking and atomic writes
-
-
-@contextlib.contextmanager
-def _lock(site: Path):
-    """An exclusive flock on the site-packages directory itself: no lock file to leave behind."""
-    import fcntl
-
-    try:
-        fd = os.open(site, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as e:
-        raise PatchsetError(site, f"cannot open site-packages: {e.strerror}") from e
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PatchsetError(site, "another install/uninstall/status is running on this torch") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(d: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_atomic(target: Path, data: bytes, mode: int | None = None, mtime_from: Path | None = None) -> None:
-    tmp = target.with_name(f".{target.name}.patchset-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
-    if mtime_from is not None:
-        st = os.stat(mtime_from)
-        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-    os.replace(tmp, target)
-    _fsync_dir(target.parent)
-
-
-def _write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-# ----------------------------------------------------------------------------- state
-
-
-class State:
-    def __init__(self, site: Path):
-        self.site = site
-        self.dir = site / STATE_DIR
-        self.manifest_path = self.dir / "manifest.json"
-        self.journal_path = self.dir / "journal.json"
-        self.backup_dir = self.dir / "backup"
-
-    def _load(self, p: Path):
-        if not p.exists():
-            return None
-        try:
-            return json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise PatchsetError(p, f"unreadable ({e}); remove it only after restoring torch by reinstalling it") from e
-
-    def manifest(self):
-        m = self._load(self.manifest_path)
-        if m is not None and m.get("format") != MANIFEST_FORMAT:
-            raise PatchsetError(self.manifest_path, f"manifest format {m.get('format')} is not {MANIFEST_FORMAT}")
-        return m
-
-    def journal(self):
-        return self._load(self.journal_path)
-
-
-def _remove_pycache_for(target: Path) -> None:
-    cache = target.parent / "__pycache__"
-    if target.suffix == ".py" and cache.is_dir():
-        for pyc in cache.glob(f"{target.stem}.*.pyc"):
-            with contextlib.suppress(FileNotFoundError):
-                pyc.unlink()
-        with contextlib.suppress(OSError):
-            cache.rmdir()  # only succeeds if our .pyc was all it held
-
-
-def _pycs_of(site: Path, rel: str) -> list[Path]:
-    """The bytecode caches of module ``rel`` (``__pycache__/<stem>.<tag>[.opt-N].pyc``)."""
-    target = site / rel
-    cache = target.parent / "__pycache__"
-    if target.suffix != ".py" or not cache.is_dir():
-        return []
-    return sorted(cache.glob(f"{target.stem}.*.pyc"))
-
-
-def _restore_pycs(st: State, e: dict) -> None:
-    """A modified module's bytecode back to what it was before install: the .pyc files compiled from the patched
-    source go, the ones that existed before come back from the backup (a missing or damaged backup: the .pyc is
-    just removed, Python rebuilds it from the restored source)."""
-    before = {p["path"]: p["sha256"] for p in e.get("pyc_before", [])}
-    for pyc in _pycs_of(st.site, e["path"]):
-        rel = pyc.relative_to(st.site).as_posix()
-        if before.get(rel) != sha256_file(pyc):
-            with contextlib.suppress(FileNotFoundError):
-                pyc.unlink()
-    for rel, h in before.items():
-        target, backup = st.site / rel, st.backup_dir / rel
-        if sha256_file(target) != h and sha256_file(backup) == h:
-            _write_atomic(target, backup.read_bytes(), mode=os.stat(backup).st_mode & 0o7777, mtime_from=backup)
-
-
-def _restore_to_pristine(st: State, files: list[dict], created_dirs: list[str]) -> None:
-    """Make every listed file equal its 'before' state; idempotent, safe to rerun after a crash."""
-    for e in files:
-        target = st.site / e["path"]
-        tmp = target.with_name(f".{target.name}.patchset-tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        before = e["sha256_before"]
-        if before is None:
-            if target.exists() or target.is_symlink():
-                target.unlink()
-            _remove_pycache_for(target)
-            continue
-        if sha256_file(target) != before:
-            backup = st.backup_dir / e["path"]
-            if sha256_file(backup) != before:
-                raise PatchsetError(target, f"cannot restore: backup {backup} is missing or does not match the recorded sha256")
-            _write_atomic(target, backup.read_bytes(), mode=os.stat(backup).st_mode & 0o7777, mtime_from=backup)
-        _restore_pycs(st, e)
-    for d in sorted(created_dirs, key=lambda p: -p.count("/")):
-        p = st.site / d
-        with contextlib.suppress(FileNotFoundError):
-            pc = p / "__pycache__"
-            if pc.is_dir() and not any(f for f in pc.iterdir() if not f.name.endswith(".pyc")):
-                shutil.rmtree(pc)
-        with contextlib.suppress(OSError):
-            p.rmdir()
-
-
-def _clear_state(st: State) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        st.manifest_path.unlink()
-    shutil.rmtree(st.backup_dir, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        st.journal_path.unlink()
-    with contextlib.suppress(OSError):
-        st.dir.rmdir()
-
-
-def recover(st: State) -> bool:
-    """Finish or roll back an interrupted transaction. Returns True if one was found."""
-    j = st.journal()
-    if j is None:
-        if st.dir.exists() and st.manifest() is None:
-            # died before its journal was durable: no target was touched yet, only our own dir holds leftovers
-            shutil.rmtree(st.dir, ignore_errors=True)
-        return False
-    progress(f"found an interrupted {j['op']} ({st.journal_path}); restoring {len(j['files'])} file(s) to stock torch")
-    _restore_to_pristine(st, j["files"], j.get("created_dirs", []))
-    _clear_state(st)
-    progress("recovered: torch is stock again")
-    return True
-
-
-def _maybe_crash(done: int) -> None:
-    n = os.environ.get(CRASH_ENV)
-    if n is not None and done >= int(n):
-        sys.stderr.write(f"[patchset] {CRASH_ENV}={n}: simulating a crash\n")
-        sys.stderr.flush()
-        os._exit(86)
-
-
-# ----------------------------------------------------------------------------- plan
-
-
-def _series_dir(patches_dir: Path, base: str) -> Path:
-    d = patches_dir / f"v{base}"
-    if not (d / "series").is_file():
-        raise PatchsetError(d / "series", f"no generated series for base {base} (run `python -m tools generate`)")
-    return d
+from tools.distinfo import INFO_MODULE, TorchDist, info_module_source, stock_pip_hint
+from tools.fsutil import sha256_bytes, sha256_file
+from tools.journal import (MANIFEST_FORMAT, State, clear_state, commit_install, commit_uninstall, lock, pycs_of,
+                           recover, verify_manifest)
+from tools.patchapply import apply_series
+from tools.seriesfile import load_series, series_digest, series_state
+from tools.sources import fresh_series_dir
 
 
 def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path) -> dict:
     """Verify and compute everything; touch nothing. Returns the manifest-to-be plus the new contents."""
     ps = load_patchset(metadata)
     base = base_of_version(dist.version, ps, where=dist.metadata_path)
-    sdir = _series_dir(patches_dir, base)
+    sdir = fresh_series_dir(patches_dir, base, metadata)
     patches = load_series(sdir)
     state, detail = series_state(sdir)
     progress(f"torch {dist.version} -> base {base}; series {sdir} ({len(patches)} patches, {detail})")
@@ -455,7 +81,7 @@ def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path) -> dict:
                 "sha256_after": sha256_bytes(after),
                 **({"generated": True} if rel == INFO_MODULE else {}),
                 **({"pyc_before": [{"path": p.relative_to(site).as_posix(), "sha256": sha256_file(p)}
-                                   for p in _pycs_of(site, rel)]} if before is not None else {}),
+                                   for p in pycs_of(site, rel)]} if before is not None else {}),
             }
         )
         # directories we would have to create
@@ -486,85 +112,10 @@ def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path) -> dict:
             "before": {rel: b for rel, (b, _) in changes.items()}}
 
 
-def commit_install(st: State, plan: dict) -> None:
-    m = plan["manifest"]
-    files = m["files"]
-    st.dir.mkdir(parents=True, exist_ok=True)
-    journal = {"op": "install", "files": files, "created_dirs": m["created_dirs"]}
-    _write_json(st.journal_path, journal)  # from here on, any interruption is rolled back
-    try:
-        progress(f"backing up and staging {len(files)} file(s) in {st.dir}")
-        for e in files:
-            rel = e["path"]
-            if e["sha256_before"] is not None:
-                src = st.site / rel
-                b = st.backup_dir / rel
-                b.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, b)  # keeps mode and mtime, so uninstall restores them too
-                if sha256_file(b) != e["sha256_before"]:
-                    raise PatchsetError(b, "backup does not match the file it copies (disk error?)")
-                for pyc in e.get("pyc_before", []):  # stock bytecode (pip compiles it): restored by uninstall
-                    b = st.backup_dir / pyc["path"]
-                    b.parent.mkdir(parents=True, exist_ok=True)
-                    with contextlib.suppress(FileNotFoundError):
-                        shutil.copy2(st.site / pyc["path"], b)
-        for i, e in enumerate(files, 1):
-            rel = e["path"]
-            target = st.site / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            mode = (os.stat(target).st_mode & 0o7777) if target.exists() else 0o644
-            _write_atomic(target, plan["contents"][rel], mode=mode)
-            for pyc in _pycs_of(st.site, rel):  # stale: compiled from the stock source
-                with contextlib.suppress(FileNotFoundError):
-                    pyc.unlink()
-            progress(f"  [{i}/{len(files)}] {e['action']:8} {rel}")
-            _maybe_crash(i)
-        _write_json(st.manifest_path, m)
-        st.journal_path.unlink()
-        _fsync_dir(st.dir)
-    except BaseException as exc:
-        progress(f"install failed ({exc!r}); rolling back")
-        recover(st)
-        if isinstance(exc, OSError):
-            raise PatchsetError(exc.filename or st.dir, f"install failed and was rolled back: {exc.strerror or exc}") from exc
-        raise
-
-
-def commit_uninstall(st: State, m: dict) -> None:
-    files = m["files"]
-    _write_json(st.journal_path, {"op": "uninstall", "files": files, "created_dirs": m.get("created_dirs", [])})
-    try:
-        for i, e in enumerate(files, 1):
-            _restore_to_pristine(st, [e], [])
-            progress(f"  [{i}/{len(files)}] {'removed' if e['sha256_before'] is None else 'restored':8} {e['path']}")
-            _maybe_crash(i)
-        _restore_to_pristine(st, [], m.get("created_dirs", []))
-        _clear_state(st)
-    except BaseException:
-        progress("uninstall interrupted; the journal stays so the next command completes it")
-        raise
-
-
-def verify_manifest(st: State, m: dict, allow_stock: bool) -> list[str]:
-    """Files that match neither the installed state (nor, if allow_stock, the stock state)."""
-    bad = []
-    for e in m["files"]:
-        cur = sha256_file(st.site / e["path"])
-        ok = {e["sha256_after"]} | ({e["sha256_before"]} if allow_stock else set())
-        if cur not in ok:
-            bad.append(e["path"])
-        elif e["sha256_before"] is not None and sha256_file(st.backup_dir / e["path"]) != e["sha256_before"]:
-            bad.append(f"{STATE_DIR}/backup/{e['path']}")
-    return bad
-
-
-# ----------------------------------------------------------------------------- commands
-
-
 def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSET_TOML,
             replace: bool = False, dry_run: bool = False) -> int:
     st = State(site)
-    with _lock(site):
+    with lock(site):
         recover(st)
         dist = TorchDist(site)
         cur = st.manifest()
@@ -572,7 +123,7 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
         if w is not None:
             ps = load_patchset(metadata)
             base = base_of_version(dist.version, ps, where=dist.metadata_path)
-            digest = series_digest(load_series(_series_dir(patches_dir, base)))
+            digest = series_digest(load_series(fresh_series_dir(patches_dir, base, metadata)))
             if w["version"] == ps.version and w["series_sha256"] == digest:
                 print(f"{dist.describe_wheel_patchset(w)}; it already has this checkout's series; nothing to do")
                 return 0
@@ -583,7 +134,7 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
         if cur is not None:
             ps = load_patchset(metadata)
             base = base_of_version(dist.version, ps, where=dist.metadata_path)
-            new_digest = series_digest(load_series(_series_dir(patches_dir, base)))
+            new_digest = series_digest(load_series(fresh_series_dir(patches_dir, base, metadata)))
             same = (cur["patchset"]["version"] == ps.version and cur["series_sha256"] == new_digest
                     and cur["torch_version"] == dist.version)
             bad = verify_manifest(st, cur, allow_stock=False)
@@ -624,7 +175,7 @@ def _uninstall_locked(st: State, force: bool) -> int:
     m = st.manifest()
     if m is None:
         if st.dir.exists():
-            _clear_state(st)
+            clear_state(st)
         try:
             dist = TorchDist(st.site)
         except PatchsetError:
@@ -646,127 +197,8 @@ def _uninstall_locked(st: State, force: bool) -> int:
 
 def uninstall(site: Path, force: bool = False) -> int:
     st = State(site)
-    with _lock(site):
+    with lock(site):
         if recover(st):
             print("an interrupted transaction was rolled back; torch is stock")
             return 0
         return _uninstall_locked(st, force)
-
-
-def _checkout_note(name: str, version: str, digest: str | None, base: str, patches_dir: Path, metadata: Path,
-                   how: str) -> None:
-    """One line when this checkout's patch set differs from the one in torch."""
-    with contextlib.suppress(PatchsetError):
-        ps = load_patchset(metadata)
-        mine = series_digest(load_series(_series_dir(patches_dir, base)))
-        if ps.version != version:
-            print(f"note: this checkout has {ps.name} {ps.version}; {how} to switch")
-        elif digest and mine != digest:
-            print(f"note: this checkout's series for v{base} ({mine[:12]}) differs from the one in torch "
-                  f"({digest[:12]}) under the same version {version}; {how} to switch")
-
-
-def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSET_TOML) -> int:
-    st = State(site)
-    with _lock(site):
-        if recover(st):
-            print("an interrupted transaction was found and rolled back")
-        dist = TorchDist(site)
-        print(f"torch {dist.version} at {site}")
-        m = st.manifest()
-        if m is None:
-            w = dist.wheel_patchset()
-            if w is None:
-                print("patch set: not installed (stock torch)")
-                return 0
-            print(f"patch set: {w['name']} {w['version']} on base v{w['base']}, built into a patched wheel "
-                  f"(`python -m tools wheel`) that pip installed; `install`/`uninstall` do not manage it")
-            for name, _ in w["series"]:
-                print(f"  {name}")
-            bad = [rel for rel, (h, _) in dist.record.items() if rel.startswith("torch/_inductor/") and h
-                   and rel.endswith(".py") and sha256_file(site / rel) != h]
-            print("DRIFT: these files no longer match torch's RECORD: " + ", ".join(bad) if bad
-                  else "torch/_inductor/ files match torch's RECORD")
-            print(f"to get stock torch: {stock_pip_hint(dist.version)}; to update: build a new wheel with "
-                  "`python -m tools wheel` and pip install it")
-            _checkout_note(w["name"], w["version"], w["series_sha256"], w["base"], patches_dir, metadata,
-                           "build and pip install a new wheel")
-            return 1 if bad else 0
-        state = m.get("series_state", {"state": "unknown", "detail": "not recorded (installed by an older tools)"})
-        mod = " (MODIFIED series)" if state["state"] == "modified" else ""
-        print(f"patch set: {m['patchset']['name']} {m['patchset']['version']}{mod} on base v{m['base']}, "
-              f"installed {m['installed_at']} (manifest {st.manifest_path})")
-        print(f"series: {m['series_sha256'][:12]}, {state['detail']}")
-        for s in m["series"]:
-            print(f"  {s['name']}")
-        n_mod = sum(e["action"] == "modified" for e in m["files"])
-        print(f"files: {len(m['files'])} ({n_mod} modified, {len(m['files']) - n_mod} added)")
-        rc = 0
-        if m["torch_version"] != dist.version:
-            print(f"STALE: installed onto torch {m['torch_version']} but torch is now {dist.version}; "
-                  "run `python -m tools uninstall` then `install`")
-            rc = 1
-        bad = verify_manifest(st, m, allow_stock=False)
-        if bad:
-            print("DRIFT: these files no longer match the manifest: " + ", ".join(bad))
-            rc = 1
-        else:
-            print("all files match the manifest")
-        _checkout_note(m["patchset"]["name"], m["patchset"]["version"], m["series_sha256"], m["base"], patches_dir,
-                       metadata, "`install --replace`")
-        return rc
-
-
-INSTALL_DESCRIPTION = """\
-Apply this checkout's series (patches/v<base>/, chosen by torch's version) to the torch of this Python
-environment: only the series' torch/ parts, strictly (exact context, no fuzz), as one transaction.
-
-Every file to modify must match its sha256 in torch's RECORD (all mismatches are listed at once) and every file
-to add must not exist; otherwise nothing changes. State (manifest, backups) lives in
-site-packages/torch/_inductor/.patchset/. Re-running with the same series does nothing; another version or
-series needs --replace. A series that differs from the committed one is installed, and marked MODIFIED.
-A torch pip-installed from a patched wheel (`python -m tools wheel`) is recognised and left alone."""
-
-UNINSTALL_DESCRIPTION = """\
-Undo `install`: every modified file back byte for byte (mode and mtime too, and the bytecode caches that existed
-before), every added file and directory removed. A file changed since install is refused unless --force.
-A torch pip-installed from a patched wheel is not an install of ours: reinstall the stock torch with pip."""
-
-STATUS_DESCRIPTION = """\
-What is in this environment's torch: stock, a patch set installed by `install` (version, series, whether it was
-MODIFIED, whether every file still matches the manifest), or a patched wheel installed by pip.
-Exit status 1 when files drifted or torch changed under the install (STALE)."""
-
-
-def register(subparsers) -> None:
-    def site_arg(p):
-        p.add_argument("--site-packages", type=Path, default=None,
-                       help="operate on this site-packages dir instead of the one holding this Python's torch")
-
-    def common(p):
-        site_arg(p)
-        p.add_argument("--patches", type=Path, default=PATCHES_DIR, help="generated patches dir (default: %(default)s)")
-        p.add_argument("--metadata", type=Path, default=PATCHSET_TOML, help=argparse.SUPPRESS)
-
-    def site_of(args) -> Path:
-        return args.site_packages.resolve() if args.site_packages else find_site_packages()
-
-    raw = argparse.RawDescriptionHelpFormatter
-    p = subparsers.add_parser("install", help="apply the series' torch/ parts to this environment's torch",
-                              description=INSTALL_DESCRIPTION, formatter_class=raw)
-    common(p)
-    p.add_argument("--replace", action="store_true", help="uninstall a different installed patch set first")
-    p.add_argument("--dry-run", action="store_true", help="verify and list the changes; write nothing")
-    p.set_defaults(func=lambda a: install(site_of(a), a.patches, a.metadata, a.replace, a.dry_run))
-
-    # uninstall reads only the manifest and backups it left in torch: no --patches
-    p = subparsers.add_parser("uninstall", help="restore this environment's torch byte for byte",
-                              description=UNINSTALL_DESCRIPTION, formatter_class=raw)
-    site_arg(p)
-    p.add_argument("--force", action="store_true", help="restore files even if they changed since install")
-    p.set_defaults(func=lambda a: uninstall(site_of(a), a.force))
-
-    p = subparsers.add_parser("status", help="show what is installed in this environment's torch (or stock)",
-                              description=STATUS_DESCRIPTION, formatter_class=raw)
-    common(p)
-    p.set_defaults(func=lambda a: status(site_of(a), a.patches, a.metadata))

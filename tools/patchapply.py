@@ -1,163 +1,30 @@
-"""A strict, dependency-free applier for the generated series (``git format-patch`` output).
+"""A strict in-memory applier for the parsed series (``tools.patchfile``): the rules of ``git apply`` without
+fuzz (every context and removed line must match byte for byte; a hunk may move only to an exact match).
 
-Used by ``install`` and ``wheel`` so that neither needs ``git`` or a checkout: both only have site-packages
-files or wheel members, plus ``patches/v<base>/``. Rules match ``git apply`` without fuzz: every context and
-removed line must match byte for byte; a hunk may move (offset) only to an exact match. Renames, copies,
-binary patches and mode-only changes are refused with the patch and file named (the generator never emits them).
+Why ours and not ``git apply --directory``/``--unsafe-paths``: the user is the person who patches torch where
+only Python is at hand, e.g. ``COPY``ing this repo into a ``python:3.x-slim`` image (no git) and running
+``python -m tools install`` in a Dockerfile step, or ``python -m tools wheel`` on a build host. ``install``
+must know every resulting byte before it touches site-packages (the whole install is one planned
+transaction) and ``wheel`` patches zip members that are never written to disk; both would otherwise have to
+stage files in a temp dir for git and read them back. ``apply --3way`` (pre-image blobs of later patches) and
+``port`` (one hook hunk applied alone) use it on in-memory files too. It is ~60 lines on top of the parser
+they need anyway, and ``tools/tests`` proves it gives the same bytes as ``git am`` on every base.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import re
-from pathlib import Path
 from typing import Callable
 
 from tools.common import PatchsetError
-
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-@dataclasses.dataclass
-class Hunk:
-    old_start: int
-    old: list[bytes]  # lines with their endings, as in the file before
-    new: list[bytes]
+from tools.patchfile import FileDiff, Patch, split_lines
 
 
-@dataclasses.dataclass
-class FileDiff:
-    path: str  # repo-relative, e.g. "torch/_inductor/config.py"
-    kind: str  # "modify" | "add" | "delete"
-    hunks: list[Hunk]
-    mode: str | None = None  # new file mode, e.g. "100644"
-
-
-@dataclasses.dataclass
-class Patch:
-    name: str
-    path: Path
-    sha256: str
-    files: list[FileDiff]
-
-
-def read_series(series_dir: Path) -> list[Path]:
-    """The patch files listed in ``series_dir/series``, in order (quilt style: blank lines and # comments ok)."""
-    series = series_dir / "series"
-    try:
-        text = series.read_text()
-    except OSError as e:
-        raise PatchsetError(series, f"cannot read series file: {e.strerror or e}") from e
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        p = series_dir / line
-        if "/" in line or not line.endswith(".patch"):
-            raise PatchsetError(f"{series}:{lineno}", f"expected a '<name>.patch' file name, got {line!r}")
-        if not p.is_file():
-            raise PatchsetError(f"{series}:{lineno}", f"listed patch {line} does not exist")
-        out.append(p)
-    if not out:
-        raise PatchsetError(series, "series is empty")
-    return out
-
-
-def _strip_prefix(path: bytes, prefix: bytes, where: str) -> str:
-    if not path.startswith(prefix):
-        raise PatchsetError(where, f"path {path.decode(errors='replace')!r} lacks the {prefix.decode()} prefix")
-    return path[len(prefix) :].decode("utf-8")
-
-
-def parse_patch(path: Path) -> Patch:
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    # keep endings: every element but the last had a "\n"
-    lines = [l + b"\n" for l in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-    files: list[FileDiff] = []
-    i = 0
-    n = len(lines)
-    where = str(path)
-    while i < n:
-        line = lines[i]
-        if not line.startswith(b"diff --git "):
-            i += 1
-            continue
-        m = re.match(rb"^diff --git a/(\S+) b/(\S+)\s*$", line)
-        if not m or m.group(1) != m.group(2):
-            raise PatchsetError(where, f"unsupported diff header (rename or odd path): {line.decode(errors='replace').strip()}")
-        fpath = m.group(1).decode("utf-8")
-        kind, mode = "modify", None
-        i += 1
-        # extended header lines
-        while i < n and not lines[i].startswith((b"--- ", b"diff --git ", b"@@ ")):
-            h = lines[i]
-            if h.startswith(b"new file mode "):
-                kind, mode = "add", h.split()[-1].decode()
-            elif h.startswith(b"deleted file mode "):
-                kind = "delete"
-            elif h.startswith((b"rename ", b"copy ", b"similarity index", b"dissimilarity index")):
-                raise PatchsetError(where, f"{fpath}: renames/copies are not supported by the installer")
-            elif h.startswith((b"Binary files", b"GIT binary patch")):
-                raise PatchsetError(where, f"{fpath}: binary patches are not supported")
-            elif h.startswith((b"old mode", b"new mode")):
-                raise PatchsetError(where, f"{fpath}: mode changes are not supported")
-            i += 1
-        hunks: list[Hunk] = []
-        if i < n and lines[i].startswith(b"--- "):
-            old = lines[i][4:].rstrip(b"\n")
-            new = lines[i + 1][4:].rstrip(b"\n") if i + 1 < n else b""
-            if old != b"/dev/null":
-                _strip_prefix(old, b"a/", where)
-            if new != b"/dev/null":
-                _strip_prefix(new, b"b/", where)
-            i += 2
-            while i < n and lines[i].startswith(b"@@ "):
-                hm = _HUNK_RE.match(lines[i])
-                if not hm:
-                    raise PatchsetError(where, f"{fpath}: malformed hunk header {lines[i]!r}")
-                old_start = int(hm.group(1))
-                old_count = int(hm.group(2)) if hm.group(2) is not None else 1
-                new_count = int(hm.group(4)) if hm.group(4) is not None else 1
-                i += 1
-                h_old: list[bytes] = []
-                h_new: list[bytes] = []
-                last: list[list[bytes]] = []
-                while i < n and (len(h_old) < old_count or len(h_new) < new_count or lines[i].startswith(b"\\")):
-                    l = lines[i]
-                    tag, body = l[:1], l[1:]
-                    if tag == b" " or l == b"\n":  # an empty context line may lose its space
-                        body = body if tag == b" " else b"\n"
-                        h_old.append(body)
-                        h_new.append(body)
-                        last = [h_old, h_new]
-                    elif tag == b"-":
-                        h_old.append(body)
-                        last = [h_old]
-                    elif tag == b"+":
-                        h_new.append(body)
-                        last = [h_new]
-                    elif tag == b"\\":  # "\ No newline at end of file" applies to the previous line
-                        for lst in last:
-                            lst[-1] = lst[-1].rstrip(b"\n")
-                    else:
-                        raise PatchsetError(where, f"{fpath}: truncated hunk at line {i + 1}")
-                    i += 1
-                if len(h_old) != old_count or len(h_new) != new_count:
-                    raise PatchsetError(where, f"{fpath}: hunk line counts do not match its header")
-                hunks.append(Hunk(old_start, h_old, h_new))
-        files.append(FileDiff(fpath, kind, hunks, mode))
-    if not files:
-        raise PatchsetError(where, "no 'diff --git' sections found (not git format-patch output?)")
-    name = path.name[: -len(".patch")] if path.name.endswith(".patch") else path.name
-    return Patch(name, path, hashlib.sha256(data).hexdigest(), files)
-
-
-def _split(content: bytes) -> list[bytes]:
-    parts = content.split(b"\n")
-    return [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+def _find(lines: list[bytes], old: list[bytes], want: int) -> int | None:
+    """Where ``old`` sits in ``lines``: at ``want`` if it matches there, else the nearest exact match."""
+    if lines[want : want + len(old)] == old:
+        return want
+    cands = [j for j in range(len(lines) - len(old) + 1) if lines[j : j + len(old)] == old]
+    return min(cands, key=lambda j: abs(j - want)) if cands else None
 
 
 def apply_file_diff(content: bytes | None, fd: FileDiff, where: str) -> bytes | None:
@@ -169,19 +36,13 @@ def apply_file_diff(content: bytes | None, fd: FileDiff, where: str) -> bytes | 
     else:
         if content is None:
             raise PatchsetError(where, f"{fd.path}: patch modifies this file but it does not exist")
-        lines = _split(content)
+        lines = split_lines(content)
     delta = 0
     for k, h in enumerate(fd.hunks, 1):
-        want = (h.old_start - 1 if h.old else h.old_start) + delta
         if h.old and h.old_start == 0:
             raise PatchsetError(where, f"{fd.path}: hunk #{k} has a bad start line")
-        pos = None
-        if lines[want : want + len(h.old)] == h.old:
-            pos = want
-        else:  # offset (never fuzz): the nearest exact match
-            cands = [j for j in range(len(lines) - len(h.old) + 1) if lines[j : j + len(h.old)] == h.old]
-            if cands:
-                pos = min(cands, key=lambda j: abs(j - want))
+        want = (h.old_start - 1 if h.old else h.old_start) + delta
+        pos = _find(lines, h.old, want)
         if pos is None:
             raise PatchsetError(where, f"{fd.path}: hunk #{k} (line {h.old_start}) does not apply: context differs")
         lines[pos : pos + len(h.old)] = h.new
@@ -210,14 +71,3 @@ def apply_series(
             before, cur = state[fd.path]
             state[fd.path] = (before, apply_file_diff(cur, fd, str(p.path)))
     return {k: v for k, v in state.items() if v[0] != v[1]}
-
-
-def load_series(series_dir: Path) -> list[Patch]:
-    return [parse_patch(p) for p in read_series(series_dir)]
-
-
-def series_digest(patches: list[Patch]) -> str:
-    h = hashlib.sha256()
-    for p in patches:
-        h.update(f"{p.name}\0{p.sha256}\n".encode())
-    return h.hexdigest()

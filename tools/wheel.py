@@ -4,36 +4,35 @@
 ``torch-2.13.0+cpu.inductorpatchset.0.1.0-....whl``: the series' ``torch/`` parts applied (strictly, to members
 whose sha256 matches the wheel's own RECORD), ``torch/version.py`` and METADATA carrying the new version, the
 dist-info (and ``.data``) dir renamed, ``torch/_inductor/_patchset_info.py`` added (cache-key identity, see
-``tools/install.py``) and a new RECORD. Unchanged members (all but a handful of the ~12k) are copied as raw
+``tools/distinfo.py``) and a new RECORD. Unchanged members (all but a handful of the ~12k) are copied as raw
 compressed bytes, never recompressed, so a 200-700 MB wheel takes seconds; their RECORD rows are reused, and
 their CRC-32 is checked while they are copied (a corrupt member is an error, never copied on).
 
-The result is written to an unnamed temporary file in ``--out`` (Linux ``O_TMPFILE``; elsewhere
-``<name>.whl.part``, removed on any error and by the next run after a kill) and appears under its name only when
-complete (and, with ``--verify``, verified): ``--out`` never holds a partial or unverified wheel.
+The result appears in ``--out`` only when complete (and, with ``--verify``, verified): ``--out`` never holds a
+partial or unverified wheel (``tools.wheelzip``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
-import hashlib
-import os
 import re
-import struct
 import time
 import zipfile
 import zlib
 from pathlib import Path
 
-from tools.common import CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, base_of_version, load_patchset, progress
-from tools.install import (INFO_MODULE, _maybe_crash, info_module_source, metadata_version, parse_record, read_info_module,
-                           record_hash, series_state)
-from tools.patchapply import apply_series, load_series
+from tools.common import (CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, add_subcommand, base_of_version,
+                          load_patchset, progress)
+from tools.distinfo import (INFO_MODULE, info_module_source, metadata_version, parse_record, read_info_module,
+                            record_hash)
+from tools.fsutil import sha256_bytes
+from tools.journal import maybe_crash
+from tools.patchapply import apply_series
+from tools.seriesfile import load_series, series_state
+from tools.sources import fresh_series_dir
+from tools.wheelzip import corrupt, raw_copy, staged_output, verify_wheel, write_member
 
 _LOCAL_RE = re.compile(r"^[a-z0-9]+(?:\.[a-z0-9]+)*$")
-_CHUNK = 1 << 20
 
 
 def patched_version(version: str, name: str, ps_version: str) -> str:
@@ -48,130 +47,16 @@ def patched_version(version: str, name: str, ps_version: str) -> str:
     return f"{pub}+{full}"
 
 
+def _row(name: str, data: bytes) -> str:
+    return f"{name},{record_hash(sha256_bytes(data))},{len(data)}"
+
+
 def _wheel_filename(src_name: str, new_version: str) -> str:
     parts = src_name[: -len(".whl")].split("-")
     if len(parts) not in (5, 6):
         raise PatchsetError(src_name, "not a wheel file name (name-version[-build]-py-abi-plat.whl)")
     parts[1] = new_version
     return "-".join(parts) + ".whl"
-
-
-def _corrupt(src: Path, info: zipfile.ZipInfo, why: str) -> PatchsetError:
-    return PatchsetError(f"{src}:{info.filename}", f"corrupt member in the source wheel ({why}); "
-                         "download the wheel again")
-
-
-def _raw_copy(zin: zipfile.ZipFile, zout: zipfile.ZipFile, info: zipfile.ZipInfo, new_name: str | None = None,
-              src: Path | None = None) -> None:
-    """Copy one member's compressed bytes as they are (Python's zipfile has no API for this), checking the
-    CRC-32 of the uncompressed bytes on the way (stored and deflated members; others are read through zipfile)."""
-    src = src or Path(str(zin.filename))
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        try:
-            with zin.open(info) as f:
-                while f.read(_CHUNK):
-                    pass
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
-            raise _corrupt(src, info, str(e)) from e
-    inflate = zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
-    crc = size = 0
-    fp = zin.fp
-    fp.seek(info.header_offset)
-    h = fp.read(zipfile.sizeFileHeader)
-    if len(h) != zipfile.sizeFileHeader or h[:4] != zipfile.stringFileHeader:
-        raise PatchsetError(info.filename, "bad local file header in the source wheel")
-    fh = struct.unpack(zipfile.structFileHeader, h)
-    fp.seek(info.header_offset + zipfile.sizeFileHeader + fh[zipfile._FH_FILENAME_LENGTH] + fh[zipfile._FH_EXTRA_FIELD_LENGTH])
-    new = copy.copy(info)
-    if new_name is not None:
-        new.filename = new.orig_filename = new_name
-    new.flag_bits &= ~0x08  # sizes and CRC go in the local header; no data descriptor
-    new.extra = b""
-    new.header_offset = zout.fp.tell()
-    zout.fp.write(new.FileHeader(zip64=None))
-    left = info.compress_size
-    while left:
-        buf = fp.read(min(_CHUNK, left))
-        if not buf:
-            raise PatchsetError(f"{src}:{info.filename}", "source wheel is truncated")
-        zout.fp.write(buf)
-        left -= len(buf)
-        if inflate is not None:
-            try:
-                buf = inflate.decompress(buf)
-            except zlib.error as e:
-                raise _corrupt(src, info, f"bad deflate data: {e}") from e
-        if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            crc = zlib.crc32(buf, crc)
-            size += len(buf)
-    if inflate is not None:
-        tail = inflate.flush()
-        crc, size = zlib.crc32(tail, crc), size + len(tail)
-    if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) and (crc != info.CRC or size != info.file_size):
-        raise _corrupt(src, info, f"Bad CRC-32 or size: {crc:08x}/{size} bytes, the zip directory says "
-                       f"{info.CRC:08x}/{info.file_size}")
-    zout.filelist.append(new)
-    zout.NameToInfo[new.filename] = new
-    zout.start_dir = zout.fp.tell()
-    zout._didModify = True
-
-
-def _write(zout: zipfile.ZipFile, name: str, data: bytes, like: zipfile.ZipInfo | None) -> None:
-    info = zipfile.ZipInfo(name, date_time=like.date_time if like else (2000, 1, 1, 0, 0, 0))
-    info.external_attr = like.external_attr if like else (0o100644 << 16)
-    info.create_system = like.create_system if like else 3
-    info.compress_type = zipfile.ZIP_DEFLATED
-    zout.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=6)
-
-
-@contextlib.contextmanager
-def _staged_output(out: Path):
-    """A writable file object for ``out`` that appears under that name only through ``publish()``."""
-    import fcntl
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
-    if part.exists():  # left by a killed run (or by the fallback below): remove it unless a build is writing it
-        try:
-            with open(part, "rb") as f:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                part.unlink()
-            progress(f"removed {part}, left by an interrupted run")
-        except BlockingIOError:
-            raise PatchsetError(part, "another `wheel` run is writing this wheel") from None
-    named = None
-    try:  # unnamed until published: a kill -9 leaves nothing behind
-        f = os.fdopen(os.open(out.parent, os.O_TMPFILE | os.O_RDWR, 0o644), "w+b")
-    except (AttributeError, OSError):
-        named = part
-        f = open(part, "w+b")
-        fcntl.flock(f, fcntl.LOCK_EX)
-
-    def publish():
-        f.flush()
-        os.fsync(f.fileno())
-        if named is not None:
-            os.replace(named, out)
-            return
-        link = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
-        # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N names the unnamed file (os.link uses plain link()
-        # unless a dir fd is given)
-        proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.link(str(f.fileno()), link, src_dir_fd=proc, follow_symlinks=True)
-        finally:
-            os.close(proc)
-        os.replace(link, out)
-
-    try:
-        yield f, publish
-    finally:
-        f.close()
-        if named is not None:
-            with contextlib.suppress(FileNotFoundError):
-                named.unlink()
 
 
 def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSET_TOML,
@@ -197,9 +82,7 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                                 f"(torch {version.partition('+')[0]}, e.g. the one in {CACHE_DIR / 'wheels'})")
         ps = load_patchset(metadata)
         base = base_of_version(version, ps, where=f"{src}:{di}/METADATA")
-        sdir = patches_dir / f"v{base}"
-        if not (sdir / "series").is_file():
-            raise PatchsetError(sdir / "series", f"no generated series for base {base} (run `python -m tools generate`)")
+        sdir = fresh_series_dir(patches_dir, base, metadata)
         patches = load_series(sdir)
         state, detail = series_state(sdir)
         if state == "modified":
@@ -214,13 +97,13 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
             try:
                 return zin.read(rel)
             except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-                raise _corrupt(src, names[rel], str(e)) from e
+                raise corrupt(src, names[rel], str(e)) from e
 
         found, problems = {}, []
         for rel in sorted({fd.path for p in patches for fd in p.files if fd.path.startswith("torch/")}):
             found[rel] = member(rel) if rel in names else None
             want = record.get(rel, (None, ""))[0]
-            if found[rel] is not None and (want is None or hashlib.sha256(found[rel]).hexdigest() != want):
+            if found[rel] is not None and (want is None or sha256_bytes(found[rel]) != want):
                 problems.append(f"{src}:{rel}")
         if problems:
             why = "not pristine: sha256 differs from the wheel's RECORD (or unlisted)"
@@ -251,7 +134,7 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
         out = out_dir / _wheel_filename(src.name, new_version)
         rows: list[str] = []
         copied = 0
-        with _staged_output(out) as (tmp, publish):
+        with staged_output(out) as (tmp, publish):
             with zipfile.ZipFile(tmp, "w", allowZip64=True) as zout:
                 infos = [i for i in zin.infolist() if not i.filename.startswith(di + "/")]
                 for k, info in enumerate(infos, 1):
@@ -259,26 +142,26 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                     new_n = new_data + n[len(old_data) :] if n.startswith(old_data + "/") else n
                     if n in changes:
                         data = changes.pop(n)
-                        _write(zout, new_n, data, info)
-                        rows.append(f"{new_n},{record_hash(hashlib.sha256(data).hexdigest())},{len(data)}")
+                        write_member(zout, new_n, data, info)
+                        rows.append(_row(new_n, data))
                         progress(f"  patched  {n}")
                         continue
                     if info.is_dir():
-                        _raw_copy(zin, zout, info, new_n, src)
+                        raw_copy(zin, zout, info, new_n, src)
                         continue
-                    _raw_copy(zin, zout, info, new_n, src)
+                    raw_copy(zin, zout, info, new_n, src)
                     copied += 1
                     h, size = record.get(n, (None, ""))
                     if h is None:  # unlisted in the source RECORD: hash it ourselves
                         data = member(n)
-                        h, size = hashlib.sha256(data).hexdigest(), str(len(data))
+                        h, size = sha256_bytes(data), str(len(data))
                     rows.append(f"{new_n},{record_hash(h)},{size}")
                     if k % 3000 == 0:
                         progress(f"  copied {k}/{len(infos)} members raw")
-                    _maybe_crash(k)
+                    maybe_crash(k)
                 for n, data in sorted(changes.items()):  # added files
-                    _write(zout, n, data, None)
-                    rows.append(f"{n},{record_hash(hashlib.sha256(data).hexdigest())},{len(data)}")
+                    write_member(zout, n, data, None)
+                    rows.append(_row(n, data))
                     progress(f"  added    {n}")
                 # dist-info last: renamed, METADATA rewritten, RECORD regenerated
                 for info in zin.infolist():
@@ -287,18 +170,18 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                         continue
                     new_n = new_di + n[len(di) :]
                     if info.is_dir():  # some wheels have directory entries; RECORD lists files only
-                        _raw_copy(zin, zout, info, new_n, src)
+                        raw_copy(zin, zout, info, new_n, src)
                         continue
                     if n == f"{di}/METADATA":
                         data = new_meta.encode()
-                        _write(zout, new_n, data, info)
+                        write_member(zout, new_n, data, info)
                     else:
                         data = member(n)
-                        _raw_copy(zin, zout, info, new_n, src)
-                    rows.append(f"{new_n},{record_hash(hashlib.sha256(data).hexdigest())},{len(data)}")
+                        raw_copy(zin, zout, info, new_n, src)
+                    rows.append(_row(new_n, data))
                 rows.append(f"{new_di}/RECORD,,")
                 rec_info = names[f"{di}/RECORD"]
-                _write(zout, f"{new_di}/RECORD", ("\n".join(rows) + "\n").encode(), rec_info)
+                write_member(zout, f"{new_di}/RECORD", ("\n".join(rows) + "\n").encode(), rec_info)
             if verify:
                 t = time.monotonic()
                 tmp.seek(0)
@@ -307,34 +190,6 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
             publish()
     progress(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB, {copied} members copied raw) in {time.monotonic() - t0:.1f}s")
     return out
-
-
-def verify_wheel(path: Path, fileobj=None) -> None:
-    """Every member hashes to its RECORD row and every member is listed (RECORD itself unhashed).
-    ``fileobj``: read the wheel from there (named ``path`` in errors)."""
-    with zipfile.ZipFile(fileobj or path) as z:
-        rec_name = [n for n in z.namelist() if n.endswith(".dist-info/RECORD")]
-        if len(rec_name) != 1:
-            raise PatchsetError(path, "expected exactly one .dist-info/RECORD")
-        rec = parse_record(z.read(rec_name[0]).decode())
-        members = [i for i in z.infolist() if not i.is_dir()]
-        for i in members:
-            if i.filename == rec_name[0]:
-                if rec.get(i.filename, (None, ""))[0] is not None:
-                    raise PatchsetError(f"{path}:{i.filename}", "RECORD must not hash itself")
-                continue
-            if i.filename not in rec:
-                raise PatchsetError(f"{path}:{i.filename}", "member missing from RECORD")
-            h = hashlib.sha256()
-            with z.open(i) as f:
-                while buf := f.read(_CHUNK):
-                    h.update(buf)
-            want, size = rec[i.filename]
-            if h.hexdigest() != want or str(i.file_size) != size:
-                raise PatchsetError(f"{path}:{i.filename}", "sha256 or size differs from RECORD")
-        extra = set(rec) - {i.filename for i in members}
-        if extra:
-            raise PatchsetError(path, f"RECORD lists members not in the wheel: {sorted(extra)[:5]}")
 
 
 WHEEL_DESCRIPTION = """\
@@ -346,9 +201,7 @@ verified, with --verify). `pip install` it; `python -m tools status` then report
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("wheel", help="build a patched torch wheel (+<local>.inductorpatchset.<ver>)",
-                              description=WHEEL_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_subcommand(subparsers, "wheel", "build a patched torch wheel (+<local>.inductorpatchset.<ver>)", WHEEL_DESCRIPTION, None)
     p.add_argument("--from", dest="src", type=Path, required=True, help="stock torch wheel")
     p.add_argument("--out", type=Path, default=Path("dist"), help="output directory (default: %(default)s)")
     p.add_argument("--patches", type=Path, default=PATCHES_DIR, help="generated patches dir (default: %(default)s)")

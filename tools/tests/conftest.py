@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny fake torch wheel, pristine bases built from it by ``tools.bases``, and a tiny
-fake patch-set repo (patchset.toml, hooks/, torch_overlay/, test/) whose series ``tools.series`` generates.
+fake patch-set repo (patchset.toml, hooks/, torch_overlay/, test/) whose series ``tools.generate`` generates.
 
 Nothing here downloads anything or needs torch; a whole fixture builds in well under a second.
 Fixture names are prefixed ``fake_`` so they do not collide with other test modules' own fixtures.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tools import bases as bases_mod
-from tools.series import Sources
+from tools.sources import Sources
 
 
 def pytest_configure(config):
@@ -249,7 +249,7 @@ def _build_sources(root: Path, fp_cache: Path, scratch: Path) -> FakePatchset:
 @pytest.fixture(scope="session")
 def _fake_templates(tmp_path_factory, fake_cache) -> tuple[Path, Path]:
     """Sources (and sources + generated patches/) built once; tests get their own copies."""
-    from tools.series import generate
+    from tools.generate import generate
 
     top = tmp_path_factory.mktemp("templates")
     src = _build_sources(top / "sources", fake_cache, top / "scratch").root
@@ -273,3 +273,20 @@ def fake_generated(tmp_path, fake_cache, _fake_templates) -> FakePatchset:
     root = tmp_path / "repo"
     shutil.copytree(_fake_templates[1], root, symlinks=True)
     return FakePatchset(root, fake_cache)
+
+
+def generate_fake(fp: FakePatchset, **kw):
+    from tools.generate import generate
+
+    return generate(fp.sources, cache_dir=fp.cache, warn=lambda m: None, **kw)
+
+
+def check_fake(fp: FakePatchset, **kw):
+    """(problems, what check printed)."""
+    import io
+
+    from tools.check import check
+
+    out = io.StringIO()
+    probs = check(fp.sources, cache_dir=fp.cache, out=out, **kw)
+    return probs, out.getvalue()

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tools.install import record_hash
+from tools.distinfo import record_hash
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tools.tests import faketorch as ft
-from tools.tests.test_install import clone_real_site
+from tools.tests.test_install_real import clone_real_site
 
 KEY = "from torch._inductor.codecache import torch_key; print(torch_key().hex())"
 

@@ -11,8 +11,10 @@ import pytest
 
 from tools import bases as bases_mod
 from tools.common import REPO_ROOT, PatchsetError
-from tools.port import add_base_to_toml, port, report, source_candidates
-from tools.series import check, generate
+from tools.port import add_base_to_toml, port, source_candidates
+from tools.port_cli import report
+from tools.check import check
+from tools.generate import generate
 from tools.tests.conftest import HOOK_EDITS, FakePatchset, dir_bytes, fake_torch_files, make_hook_diff, make_wheel
 
 NEW = "2.14.0"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tools.common import PatchsetError
-from tools.install import INFO_MODULE, parse_record
+from tools.distinfo import INFO_MODULE, parse_record
 from tools.tests import faketorch as ft
 from tools.wheel import build_wheel, patched_version, verify_wheel
 
@@ -121,8 +121,8 @@ def test_real_wheel_matches_install(tmp_path):
     """On the real 2.13.0 wheel: the patched wheel's torch/ changes are exactly what `install` writes (so the
     suite run against `install` also covers the wheel's code), and only version.py/_patchset_info differ."""
     from tools.common import CACHE_DIR
-    from tools.install import STATE_DIR
-    from tools.tests.test_install import REAL_PATCHES, clone_real_site
+    from tools.journal import STATE_DIR
+    from tools.tests.test_install_real import REAL_PATCHES, clone_real_site
 
     wheels = sorted((CACHE_DIR / "wheels").glob("torch-2.13.0+cpu-*.whl")) + sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
     if not wheels or not (REAL_PATCHES / "v2.13.0" / "series").exists():
@@ -231,9 +231,10 @@ def test_named_part_fallback_cleans_up(src, monkeypatch):
     """Without O_TMPFILE the wheel is staged as <name>.whl.part: removed on error, and a leftover from a killed
     run is removed by the next run."""
     import tools.wheel as wheel_mod
+    import tools.wheelzip as wheelzip
 
     whl, patches, meta, tmp = src
-    monkeypatch.delattr(wheel_mod.os, "O_TMPFILE", raising=False)
+    monkeypatch.delattr(wheelzip.os, "O_TMPFILE", raising=False)
     out_dir = tmp / "dist"
     out_dir.mkdir()
     part = out_dir / "torch-2.13.0+cpu.inductorpatchset.0.1.0-py3-none-any.whl.part"
@@ -243,10 +244,10 @@ def test_named_part_fallback_cleans_up(src, monkeypatch):
         if k >= 2:
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(wheel_mod, "_maybe_crash", boom)
+    monkeypatch.setattr(wheel_mod, "maybe_crash", boom)
     with pytest.raises(OSError):
         build_wheel(whl, out_dir, patches, meta)
     assert list(out_dir.iterdir()) == []  # the stale part was removed, and this run's too
-    monkeypatch.setattr(wheel_mod, "_maybe_crash", lambda k: None)
+    monkeypatch.setattr(wheel_mod, "maybe_crash", lambda k: None)
     out = build_wheel(whl, out_dir, patches, meta, verify=True)
     assert [p.name for p in out_dir.iterdir()] == [out.name]

@@ -1,0 +1,87 @@
+"""File helpers shared by the subcommands: hashing, atomic file writes and the staged directory swap."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str | None:
+    """Hex sha256 of the file's bytes; None when it does not exist (a missing file matches no digest)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def fsync_dir(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomic(target: Path, data: bytes, mode: int | None = None, mtime_from: Path | None = None) -> None:
+    """Replace ``target`` with ``data`` in one step (temp file beside it, fsync, ``os.replace``)."""
+    tmp = target.with_name(f".{target.name}.patchset-tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if mode is not None:
+        os.chmod(tmp, mode)
+    if mtime_from is not None:
+        st = os.stat(mtime_from)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def staged_dir(dest: Path) -> Path:
+    """A fresh empty directory beside ``dest`` (same file system), to be filled and then ``swap_in``-ed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    tmp.chmod(0o755)
+    return tmp
+
+
+def swap_in(staged: Path, dest: Path) -> None:
+    """Put the complete ``staged`` directory at ``dest``; the old ``dest`` (if any) goes only once the new one
+    is in place, so a failure before this call leaves ``dest`` as it was."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{staged.name.rsplit('-', 1)[-1]}")
+        dest.rename(old)
+    staged.rename(dest)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replacing_dir(dest: Path):
+    """``with replacing_dir(d) as tmp:`` fill ``tmp``; on normal exit it replaces ``d`` whole, on an exception
+    ``d`` is untouched and ``tmp`` is removed."""
+    tmp = staged_dir(dest)
+    try:
+        yield tmp
+        swap_in(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,166 @@
+"""``python -m tools generate``: rebuild ``patches/v<base>/`` from the sources.
+
+For each base: a scratch clone of the pristine tree; for each patch of ``patchset.toml`` (table order) that
+lists the base: ``git apply`` its hook diff ``hooks/<name>/v<base>.diff`` (no fuzz, offsets ok), add its
+overlay files (``torch_overlay/<path>`` -> ``<path>``) and its test files, and commit with a fixed author, the
+patch's ``last-update`` as date and a message built from the metadata. Then ``git format-patch`` with
+Electron's deterministic flags into ``patches/v<base>/<name>.patch`` and a ``series`` file (which records a
+digest of the sources, so that ``install`` refuses a stale series). Everything is built in temp dirs first;
+``patches/`` changes only when every base succeeded. The work is index-only (no checkout), so it takes well
+under a second per base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from tools import bases as bases_mod
+from tools import fsutil, gitutil
+from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, progress
+from tools.patchfile import commit_message, patch_date
+from tools.seriesfile import series_text
+from tools.sources import (Sources, add_repo_root_arg, orphan_hook_files, select_bases, sources_digest,
+                           sources_from_args, unclaimed_overlay_files)
+
+
+def upstream_git_version(tree: Path) -> str:
+    r = gitutil.git("show", "HEAD:torch/version.py", cwd=tree, check=False)
+    m = re.search(r"""^git_version\s*=\s*['"]([0-9a-f]+|Unknown)['"]""", r.stdout, re.M)
+    return m.group(1) if m else "unknown"
+
+
+@dataclasses.dataclass
+class Built:
+    base: str
+    files: dict[str, bytes]  # file name in patches/v<base>/ -> content (series included)
+    commits: list[tuple[PatchMeta, str]]
+
+
+def _add_files(repo: Path, env: dict, patch: PatchMeta, base: str, pairs: list[tuple[Path, str]], owners: dict[str, str]) -> None:
+    """Add (source file, tree path) pairs to the scratch index as new files."""
+    for src, dest in pairs:
+        if not src.is_file():
+            kind = "overlay" if dest in patch.overlay else "test"
+            raise PatchsetError(src, f"{kind} file of patch {patch.name} (listed in patchset.toml) does not exist")
+        if dest in owners:
+            raise PatchsetError(src, f"{dest} is also added by patch {owners[dest]}; one file belongs to one patch")
+        if gitutil.git("ls-files", "--cached", "--", dest, cwd=repo, env=env).stdout.strip():
+            raise PatchsetError(
+                src,
+                f"{dest} already exists in torch {base} (upstream or added by this patch's hook); overlay and test files "
+                "must be new files; change upstream files only through hooks/",
+            )
+    if not pairs:
+        return
+    paths = "\n".join(str(s.resolve()) for s, _ in pairs) + "\n"
+    shas = gitutil.git("hash-object", "-w", "--no-filters", "--stdin-paths", cwd=repo, env=env, input=paths).stdout.split()
+    info = "".join(f"100644 {sha}\t{dest}\n" for sha, (_, dest) in zip(shas, pairs))
+    gitutil.git("update-index", "--add", "--index-info", cwd=repo, env=env, input=info)
+    for _, dest in pairs:
+        owners[dest] = patch.name
+
+
+def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: Path, workdir: Path, *, warn=progress) -> Built:
+    """Build the commits of ``base``'s series in a scratch clone at ``workdir/repo`` (index only)."""
+    repo = workdir / "repo"
+    gitutil.clone_local(base_tree, repo, checkout=False)
+    env = gitutil.isolated_env()
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    parent = gitutil.rev_parse(repo, env=env)
+    series = ps.series(base)
+    commits = []
+    owners: dict[str, str] = {}
+    for i, patch in enumerate(series):
+        diff = sources.hook_diff(patch, base)
+        if diff.is_file():
+            r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-p1", diff.resolve(), cwd=repo, env=env, check=False)
+            if not r.ok:
+                after = f" after {', '.join(p.name for p in series[:i])}" if i else ""
+                raise PatchsetError(
+                    diff,
+                    f"does not apply to pristine torch {base}{after}: {gitutil.apply_failure_text(r.output)}"
+                    "; remake it against the pristine tree (see CONTRIBUTING.md) and keep hunks 3+ lines away from other patches' hunks",
+                )
+        else:
+            warn(f"warning: {sources.rel(diff)}: no hook diff for {patch.name} on {base}; the patch only adds its new files")
+        pairs = [(sources.overlay_file(o), o) for o in patch.overlay] + [(sources.test_file(t), t) for t in patch.tests]
+        _add_files(repo, env, patch, base, pairs, owners)
+        tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip()
+        penv = gitutil.isolated_env(date=patch_date(patch))
+        commit = gitutil.git("commit-tree", tree, "-p", parent, "-F", "-", cwd=repo, env=penv, input=commit_message(patch, base)).stdout.strip()
+        commits.append((patch, commit))
+        parent = commit
+    files = {f"{patch.name}.patch": gitutil.format_patch(repo, commit) for patch, commit in commits}
+    text = series_text(base, [p.name for p, _ in commits], upstream_git_version(base_tree), sources_digest(ps, sources, base))
+    files["series"] = text.encode()
+    return Built(base, files, commits)
+
+
+def generate_base(base: str, ps: Patchset, sources: Sources, cache_dir: Path | None = None, *, warn=progress) -> dict[str, bytes]:
+    tree = bases_mod.require_base_tree(base, cache_dir)
+    with tempfile.TemporaryDirectory(prefix=f"patchset-gen-v{base}-") as tmp:
+        return build_series_commits(base, ps, sources, tree, Path(tmp), warn=warn).files
+
+
+def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> None:
+    """Replace ``patches_dir/v<base>/`` for each base in ``outputs``: every base staged fully, then swapped in."""
+    staged = {}
+    try:
+        for base, files in outputs.items():
+            staged[base] = d = fsutil.staged_dir(patches_dir / f"v{base}")
+            for name, data in sorted(files.items()):
+                (d / name).write_bytes(data)
+        for base, d in staged.items():
+            fsutil.swap_in(d, patches_dir / f"v{base}")
+    except OSError as e:
+        raise PatchsetError(e.filename or patches_dir, f"cannot write the generated series: {e.strerror or e}") from e
+    finally:
+        for d in staged.values():
+            if d.exists():
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def read_dir(d: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} if d.is_dir() else {}
+
+
+def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, warn=progress) -> dict[str, dict[str, bytes]]:
+    ps = sources.load()
+    selected = select_bases(ps, selected)
+    for f in unclaimed_overlay_files(ps, sources):
+        warn(f"warning: {f}: in torch_overlay/ but listed by no patch; it is not shipped")
+    for f, why in orphan_hook_files(ps, sources):
+        warn(f"warning: {f}: never used: {why}")
+    outputs = {}
+    for base in selected:
+        progress(f"generate v{base}: {len(ps.series(base))} patches")
+        outputs[base] = generate_base(base, ps, sources, cache_dir, warn=warn)
+    changes = {}
+    for base, files in outputs.items():
+        have = read_dir(sources.patches_dir / f"v{base}")
+        changes[base] = sorted(n for n in set(have) | set(files) if have.get(n) != files.get(n))
+    write_generated(sources.patches_dir, outputs)
+    for base in selected:
+        what = f"changed: {', '.join(changes[base])}" if changes[base] else "unchanged"
+        progress(f"generate v{base}: wrote {sources.patches_dir / f'v{base}'} ({what})")
+    return outputs
+
+
+def _cmd_generate(args) -> int:
+    generate(sources_from_args(args), args.base)
+    return 0
+
+
+def add_base_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", action="append", metavar="X.Y.Z", help="only this base (repeatable); default: every base in patchset.toml")
+    add_repo_root_arg(p)
+
+
+def register(subparsers) -> None:
+    g = add_subcommand(subparsers, "generate", "regenerate patches/v<base>/ from patchset.toml, hooks/, torch_overlay/, test/", __doc__, _cmd_generate)
+    add_base_arg(g)

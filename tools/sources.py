@@ -1,0 +1,182 @@
+"""The hand-edited sources of the patch set: ``patchset.toml``, ``hooks/``, ``torch_overlay/``, ``test/``.
+
+``Sources`` says where they are (tests point it at a fake repo), ``validate_metadata`` holds ``patchset.toml`` to
+the header rules of ``tools.patchfile``, and ``sources_digest`` fingerprints what ``generate`` reads for one
+base, so that ``install``/``wheel`` can refuse a ``patches/`` that is older than its sources
+(``require_fresh_series``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import re
+from pathlib import Path
+
+from tools.common import REPO_ROOT, Patchset, PatchMeta, PatchsetError, load_patchset
+from tools.patchfile import CATEGORIES, DATE_RE, SUBJECT_PREFIX, UPSTREAM_STATUS_FORMS, UPSTREAM_STATUS_RE
+from tools.seriesfile import recorded_sources_digest
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+FIX_COMMAND = "python -m tools generate"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Where the hand-edited sources and the generated patches live."""
+
+    root: Path = REPO_ROOT
+
+    @property
+    def patchset_toml(self) -> Path:
+        return self.root / "patchset.toml"
+
+    @property
+    def hooks_dir(self) -> Path:
+        return self.root / "hooks"
+
+    @property
+    def overlay_dir(self) -> Path:
+        return self.root / "torch_overlay"
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    def load(self) -> Patchset:
+        ps = load_patchset(self.patchset_toml)
+        validate_metadata(ps, self.patchset_toml)
+        return ps
+
+    def hook_diff(self, patch: PatchMeta, base: str) -> Path:
+        return patch.hook_diff(base, self.hooks_dir)
+
+    def overlay_file(self, path: str) -> Path:
+        return self.overlay_dir / path
+
+    def test_file(self, path: str) -> Path:
+        return self.root / path
+
+    def rel(self, p: Path) -> Path:
+        return p.relative_to(self.root) if p.is_relative_to(self.root) else p
+
+
+def add_repo_root_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo-root", help=argparse.SUPPRESS)  # tests: a fake patch-set repo
+
+
+def sources_from_args(args) -> Sources:
+    return Sources(Path(args.repo_root).resolve()) if args.repo_root else Sources()
+
+
+def select_bases(ps: Patchset, selected: list[str] | None, flag: str = "--base") -> list[str]:
+    """``selected`` (deduplicated) after checking each is a base of the patch set; all bases when empty."""
+    for b in selected or ():
+        if b not in ps.bases:
+            raise PatchsetError(f"{flag} {b}", f"not a base of this patch set ({', '.join(ps.bases)})")
+    return list(dict.fromkeys(selected)) if selected else list(ps.bases)
+
+
+def validate_metadata(ps: Patchset, where: Path) -> None:
+    seen = set()
+    for p in ps.patches:
+        w = f"{where} [[patch]] {p.name!r}"
+        if not NAME_RE.match(p.name):
+            raise PatchsetError(w, "name must be a lowercase slug (it becomes <name>.patch and a branch name)")
+        if p.name in seen:
+            raise PatchsetError(w, "duplicate patch name")
+        seen.add(p.name)
+        if not p.subject.startswith(SUBJECT_PREFIX) or "\n" in p.subject:
+            raise PatchsetError(w, f"subject must be one line starting with {SUBJECT_PREFIX!r}")
+        if p.category not in CATEGORIES:
+            raise PatchsetError(w, f"category {p.category!r} is not one of {', '.join(CATEGORIES)}")
+        if not UPSTREAM_STATUS_RE.match(p.upstream_status):
+            raise PatchsetError(w, f"upstream-status {p.upstream_status!r} must be {UPSTREAM_STATUS_FORMS}")
+        if not DATE_RE.match(p.last_update):
+            raise PatchsetError(w, f"last-update {p.last_update!r} is not YYYY-MM-DD")
+        if not p.body.strip():
+            raise PatchsetError(w, "body (why this patch exists) is empty")
+        if re.search(r"^---\s*$|^diff --git |^Index: ", p.body, re.M):
+            raise PatchsetError(w, "body contains a line git would take for the start of the diff")
+        if not p.tests:
+            raise PatchsetError(w, "lists no tests; every patch carries its test file(s)")
+        for b in p.bases:
+            if b not in ps.bases:
+                raise PatchsetError(w, f"base {b} is not in [patchset] bases ({', '.join(ps.bases)})")
+        for path in (*p.overlay, *p.tests):
+            if path.startswith("/") or ".." in Path(path).parts:
+                raise PatchsetError(w, f"path {path!r} must be relative to the tree root")
+        for path, top in [*((o, "torch/") for o in p.overlay), *((t, "test/") for t in p.tests)]:
+            if not path.startswith(top):
+                raise PatchsetError(w, f"{'overlay' if top == 'torch/' else 'test'} path {path!r} must start with {top}")
+
+
+def sources_digest(ps: Patchset, sources: Sources, base: str) -> str:
+    """sha256 over everything ``generate`` reads for ``base``: each patch's metadata, hook diff, overlay and
+    test files (a missing one counts as missing). Cheap: a handful of small files."""
+    h = hashlib.sha256()
+    for p in ps.series(base):
+        h.update(repr(p).encode() + b"\0")
+        files = [sources.hook_diff(p, base)] + [sources.overlay_file(o) for o in p.overlay] + [sources.test_file(t) for t in p.tests]
+        for f in files:
+            h.update(str(sources.rel(f)).encode() + b"\0")
+            h.update(hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"missing")
+    return h.hexdigest()
+
+
+def require_fresh_series(series_dir: Path, base: str, metadata: Path) -> None:
+    """Refuse a series generated from other sources than the ones next to ``metadata`` (an overlay, hook, test or
+    patchset.toml edit without `generate`). A series that records no digest (made by hand) is not judged."""
+    recorded = recorded_sources_digest(series_dir)
+    if recorded is None:
+        return
+    sources = Sources(metadata.resolve().parent)
+    try:
+        ps = sources.load()
+    except PatchsetError:
+        return  # not a source checkout (metadata alone): nothing to compare with
+    if sources_digest(ps, sources, base) != recorded:
+        raise PatchsetError(series_dir / "series", f"out of date: hooks/, torch_overlay/, test/ or patchset.toml "
+                            f"changed since it was generated; run `{FIX_COMMAND}` (then `python -m tools check`)")
+
+
+def fresh_series_dir(patches_dir: Path, base: str, metadata: Path) -> Path:
+    """``patches_dir/v<base>``, which must hold a series that is not older than its sources."""
+    d = patches_dir / f"v{base}"
+    if not (d / "series").is_file():
+        raise PatchsetError(d / "series", f"no generated series for base {base} (run `{FIX_COMMAND}`)")
+    require_fresh_series(d, base, metadata)
+    return d
+
+
+def unclaimed_overlay_files(ps: Patchset, sources: Sources) -> list[Path]:
+    """Files under torch_overlay/ that no patch lists: they would silently never ship."""
+    claimed = {o for p in ps.patches for o in p.overlay}
+    out = []
+    if sources.overlay_dir.is_dir():
+        for f in sorted(sources.overlay_dir.rglob("*")):
+            rel = f.relative_to(sources.overlay_dir)
+            if f.is_file() and "__pycache__" not in rel.parts and f.suffix != ".pyc" and rel.as_posix() not in claimed:
+                out.append(f)
+    return out
+
+
+def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
+    """Files under hooks/ that generate never reads (unknown patch, a base the patch does not list, stray file)."""
+    wanted = {sources.hook_diff(p, b) for p in ps.patches for b in p.bases}
+    names = {p.name for p in ps.patches}
+    out = []
+    if sources.hooks_dir.is_dir():
+        for f in sorted(sources.hooks_dir.rglob("*")):
+            if not f.is_file() or f in wanted:
+                continue
+            rel = f.relative_to(sources.hooks_dir)
+            if rel.parts[0] not in names:
+                why = f"no [[patch]] named {rel.parts[0]!r} in patchset.toml"
+            elif re.fullmatch(r"v\d+\.\d+\.\d+\.diff", f.name) and len(rel.parts) == 2:
+                why = f"patch {rel.parts[0]} does not list base {f.name[1:-5]} in patchset.toml"
+            else:
+                why = "not a hooks/<patch-name>/v<base>.diff file"
+            out.append((f, why))
+    return out

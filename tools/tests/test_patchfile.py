@@ -1,0 +1,81 @@
+"""The patch format (tools.patchfile), the series record of its sources, and what export-pr writes for people."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.common import REPO_ROOT, PatchsetError
+from tools.patchfile import parse_header, parse_patch
+from tools.prmd import FORK_ONLY_RE, measured, sanitize
+from tools.seriesfile import load_series, recorded_sources_digest
+from tools.sources import fresh_series_dir, sources_digest
+from tools.tests.conftest import git
+
+
+def test_wrapped_subject_is_unfolded():
+    data = (b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+            b"From: a <a@b.c>\nSubject: [inductor] a subject long enough that git format-patch\n"
+            b" wraps it onto a second line\n\nWhy.\n\nUpstream-Status: Submitted https://github.com/pytorch/pytorch/pull/1\n"
+            b"---\ndiff --git a/x b/x\n")
+    h = parse_header(data)
+    assert h.subject == "[inductor] a subject long enough that git format-patch wraps it onto a second line"
+    assert h.body == "Why." and h.submitted_url == "https://github.com/pytorch/pytorch/pull/1"
+
+
+def test_generated_patch_parts(fake_generated):
+    patches = load_series(fake_generated.patches_dir / "v2.13.0")
+    beta = next(p for p in patches if p.name == "inductor-beta")
+    assert beta.header.subject.startswith("[inductor] ") and ("Category", "upstreamable") in beta.header.trailers
+    added = {f.path for f in beta.files if f.kind == "add"}
+    assert set(beta.new_files) == added and all(len(b) == 40 for b in beta.new_files.values())
+    modified = [f for f in beta.files if f.kind == "modify"]
+    assert modified and all(f.old_blob and set(f.old_blob) != {"0"} and f.hunks for f in modified)
+
+
+def test_bad_diff_is_named(tmp_path):
+    p = tmp_path / "x.patch"
+    p.write_text("diff --git a/a b/b\nrename from a\n")
+    with pytest.raises(PatchsetError, match="x.patch: unsupported diff header"):
+        parse_patch(p)
+
+
+def test_stale_series_is_refused_with_the_command(fake_generated):
+    """Issue #16: an overlay/hook/test/patchset.toml edit without `generate` makes install and wheel refuse."""
+    fp = fake_generated
+    meta = fp.root / "patchset.toml"
+    ps = fp.sources.load()
+    assert recorded_sources_digest(fp.patches_dir / "v2.13.0") == sources_digest(ps, fp.sources, "2.13.0")
+    assert fresh_series_dir(fp.patches_dir, "2.13.0", meta) == fp.patches_dir / "v2.13.0"
+    overlay = fp.root / "torch_overlay" / ps.patches[0].overlay[0]
+    overlay.write_text(overlay.read_text() + "# edited\n")
+    with pytest.raises(PatchsetError, match=r"v2.13.0/series: out of date: .* run `python -m tools generate`"):
+        fresh_series_dir(fp.patches_dir, "2.13.0", meta)
+
+
+def test_sanitize_drops_fork_paths_keeps_the_rest():
+    text = "Runs on an H100 (raw: `benchmarks/results/x.json`). Raw output: `shared/bench/y.txt`. Medians of 5."
+    assert sanitize(text) == "Runs on an H100. Medians of 5."
+    section = "intro\n\n### Old (previous series)\n\n| a |\n|---|\n| old |\n\n### Now\n\ncaption\n\n| a |\n|---|\n| new |\n"
+    assert measured(section) == ["intro", "", "caption", "", "| a |", "|---|", "| new |"]
+
+
+@pytest.mark.slow
+def test_real_pr_md_is_pasteable(tmp_path):
+    """Each real PR.md: title, summary, test plan, measured table; <= 150 lines; no fork-only paths."""
+    from tools.bases import base_tree
+    from tools.common import load_patchset, version_key
+    from tools.export_pr import export_prs
+    from tools.sources import Sources
+
+    newest = max(load_patchset().bases, key=version_key)
+    if not (base_tree(newest) / ".git").exists():
+        pytest.skip(f"no pristine {newest} tree cached")
+    out = export_prs(Sources(), out=tmp_path / "prs", author=("Jane Doe", "jane@example.com"))
+    for p in load_patchset().series(newest):
+        text = (out / p.name / "PR.md").read_text()
+        assert text.startswith(f"# {p.subject}\n") and "## Summary" in text and "## Test plan" in text, p.name
+        assert "\n| " in text.split("## Measured", 1)[1], f"{p.name}: no measured table"
+        assert len(text.splitlines()) <= 150 and not FORK_ONLY_RE.search(text), p.name
+        who = git(out / "repo", "log", "-1", "--format=%an <%ae>", p.name).strip()
+        assert who == "Jane Doe <jane@example.com>"
+    assert (REPO_ROOT / "patches" / f"v{newest}").is_dir()
