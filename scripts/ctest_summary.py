@@ -26,13 +26,13 @@ def parse(log: str) -> list[dict]:
         seconds = re.search(r"^Test time =\s*([\d.]+) sec", block, re.M)
         status = "passed" if re.search(r"^Test Passed\.", block, re.M) else "FAILED"
         counts: dict[str, int] = {}
-        # pytest's closing line, e.g. "== 43 passed, 2 skipped, 14 warnings in 33.5s ==" or "1 failed, 2 passed in 3s"
-        for line in reversed(out.splitlines()):
+        # pytest's closing line, e.g. "== 43 passed, 2 skipped, 14 warnings in 33.5s ==" or "1 failed, 2 passed in 3s";
+        # a suite that runs pytest several times (wheel_smoke: once per file) has one per run: they add up.
+        for line in out.splitlines():
             if re.search(r"\b(passed|failed|skipped|errors?)\b", line) and re.search(r" in [\d.]+s\b", line):
                 for n, what in _COUNT.findall(line):
                     key = "error" if what.startswith("error") else what
                     counts[key] = counts.get(key, 0) + int(n)
-                break
         rows.append({"name": name, "status": status, "seconds": float(seconds.group(1)) if seconds else 0.0,
                      "counts": counts})
     return rows
