@@ -10,9 +10,9 @@ The per-piece form never materializes the concatenated activation, so it is not
 saved for backward and its gradient is never formed as one buffer.  Whether that
 is faster depends on the site: narrow pieces make inefficient GEMMs, and when the
 pieces come from pointwise producers Inductor already writes them straight into
-the cat buffer, so the cat is free in forward.  Measured on an H100, the
-unconditional rewrite is slower than stock in most cases, so this pass decides
-per site:
+the cat buffer, so the cat is free in forward.  Measured on a GPU, the
+unconditional rewrite is slower than stock in most cases (benchmarks/README.md),
+so this pass decides per site:
 
 * ``can_cat_linear_fused`` (safety): the shapes, dtypes and graph structure for
   which the rewrite is exact.  Cheap, no benchmarking.
@@ -600,18 +600,16 @@ CPU_MIN_INPUT_PIECE_WIDTH = 256
 
 
 def _should_on_cpu(match: CatLinearMatch) -> str | None:
-    """Measured rule (benchmarks/cat_linear_fused_cpu.py, benchmarks/README.md).
+    """Measured rule (benchmarks/cat_linear_fused_cpu.py; the figures are in
+    benchmarks/README.md, "cat_linear_fused").
 
-    Measured on a quiet 2-thread AMD EPYC (Zen 5) and a 16-thread AMD EPYC host.
     Forward only, Inductor's C++ backend writes the parts (and pointwise
     producers) straight into the cat buffer and one GEMM beats two: keep stock.
-    Forward+backward with a pointwise producer in the graph, ``view`` took
-    0.58-0.73x of stock's time on 2 threads and 0.71-1.02x on 16 (the saved
-    cat and the cat's gradient as one buffer go away); with graph-input parts
-    it took 0.95-0.97x (2 threads) and 0.92-0.98x (16) for pieces 256 wide or
-    more, but 1.05x (2 threads) for 64-wide ones.  So: rewrite only
-    forward+backward sites whose pieces are at least 64 wide, and at least 256
-    wide when no part has an in-graph pointwise producer.
+    Forward+backward, the saved cat and the cat's gradient as one buffer go
+    away: that wins with a pointwise producer in the graph for pieces at least
+    ``CPU_MIN_PIECE_WIDTH`` wide, and with graph-input parts only for pieces at
+    least ``CPU_MIN_INPUT_PIECE_WIDTH`` wide.  So only those sites are
+    rewritten.
     """
     if not match.needs_grad:
         _skip("forward only: stock is faster on CPU at %s", match.linear)
@@ -658,10 +656,10 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
 def benchmark_candidates(match: CatLinearMatch) -> tuple[str, ...]:
     """The forms worth timing at this site.
 
-    ``"gemm"`` only for forward-only sites: measured on an H100
-    (benchmarks/README.md), its per-piece backward adds GEMM launches to steps
-    that are bound by host work, and forward+backward it came out anywhere from
-    0.85x to 1.34x of stock's time, so a compile-time benchmark cannot call it.
+    ``"gemm"`` only for forward-only sites: its per-piece backward adds GEMM
+    launches to steps that are bound by host work, and forward+backward its
+    measured ratio to stock spread too widely for a compile-time benchmark to
+    call it (benchmarks/README.md).
     """
     forms = match.available_forms()
     if match.needs_grad:

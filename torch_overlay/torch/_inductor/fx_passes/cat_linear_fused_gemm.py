@@ -69,7 +69,7 @@ if importlib.util.find_spec("triton") is not None:
     import triton.language as tl
 
     # ONE_LOOP picks the K-loop layout: one pipelined loop over every K tile
-    # with 128x128 tiles, or one loop per piece with 128x256 tiles.  On an H100
+    # with 128x128 tiles, or one loop per piece with 128x256 tiles.  Measured
     # (benchmarks/cat_linear_fused_kernel_gpu.py, eight tile configs per layout)
     # pieces of 64-128 were fastest with the first and pieces of 1024-4096 with
     # the second.  Only configs that won somewhere are kept: with more, the

@@ -7,11 +7,10 @@ its activation once (after freezing's CSE) and then calls
 ``torchao::da8w4_linear_cpu`` several times on it: Q, K and V; gate and up.
 Every call re-reads the quantized activation and synchronizes its threads, so
 one call on weights concatenated along N followed by a split saves that per-call
-cost (about 10 us a call with 2 threads).  Fused and separate calls read the
-same packed bytes and do the same work, so the gain is large only where a step
-is short (QKV at M=1 with the weight in L3: 1.1-1.3x of linear time on a
-2-core AVX512-VNNI CPU) and about 1.0x where the weight streams from DRAM
-(gate/up: the per-call cost is ~0.5% of the step).
+cost.  Fused and separate calls read the same packed bytes and do the same work,
+so the gain is large only where a step is short (small M, the weight in cache)
+and about nothing where the weight streams from DRAM; the measured ratios are in
+benchmarks/README.md, "da8w4 concat-linear".
 
 This pass rewrites::
 
@@ -347,13 +346,11 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
     """Is it worth fusing this compatible group?
 
     One call instead of several reads the quantized activation once and
-    synchronizes the threads once: about 10 us per avoided call.  Fused and
-    separate calls read the same packed weight and do the same work, so that
-    is all fusion saves (benchmarks/README.md, "da8w4 concat-linear": 1.1-1.3x
-    of linear time for QKV at M=1 with the weight in L3, ~1.0x for gate/up,
-    whose weight streams from DRAM).  What it can cost is the copy of split
-    outputs that a consumer needs contiguous (graph outputs, say): at QKV M=512
-    that copy made the fused graph ~3% slower.  So a group is fused unless those copies are
+    synchronizes the threads once.  Fused and separate calls read the same
+    packed weight and do the same work, so that is all fusion saves
+    (benchmarks/README.md, "da8w4 concat-linear").  What it can cost is the
+    copy of split outputs that a consumer needs contiguous (graph outputs,
+    say), which made large-M groups slower there.  So a group is fused unless those copies are
     worth more than the calls it saves (``SAVED_BYTES_PER_CALL``), judged on
     the size hint of M; a split whose outputs are read in place always pays.
     """
