@@ -40,7 +40,6 @@ CPU kernel; the pure-PyTorch reference would be far too slow.
 
 import argparse
 import copy
-import importlib.util
 import os
 import platform
 import re
@@ -67,11 +66,7 @@ def load_kernel():
             return "already registered"
     except RuntimeError:
         pass
-    spec = importlib.util.spec_from_file_location(
-        "da8w4_linear_cpu_loader", os.path.join(REPO, "csrc", "da8w4_linear_cpu.py")
-    )
-    loader = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loader)
+    loader = _loader()
     if not loader.load():
         sys.exit(
             "da8w4 kernel not built: run `cmake -G Ninja -S . -B build && "
@@ -81,14 +76,16 @@ def load_kernel():
     return f"csrc kernel ({isa})"
 
 
+def _loader():
+    sys.path.insert(0, os.path.join(REPO, "csrc"))
+    import da8w4_linear_cpu
+
+    return da8w4_linear_cpu
+
+
 def quantize_act(x):
-    eps = torch.finfo(torch.float32).eps
-    minv = x.amin(-1, keepdim=True).clamp(max=0)
-    maxv = x.amax(-1, keepdim=True).clamp(min=0)
-    scale = ((maxv - minv) / 255).clamp(min=eps).float()
-    zp = (-torch.round(minv / scale)).clamp(0, 255).to(torch.int32)
-    q = (torch.round(x / scale) + zp).clamp(0, 255).to(torch.uint8)
-    return q.contiguous(), scale.reshape(-1), zp.reshape(-1)
+    """torchao's asymmetric per-token uint8 activation quantisation (csrc's)."""
+    return _loader().quantize_activation(x)
 
 
 class Da8w4Group(nn.Module):

@@ -16,7 +16,6 @@ fuses it into one C++ kernel).
 """
 
 import argparse
-import importlib.util
 import os
 import pathlib
 import platform
@@ -32,12 +31,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _import_loader():
-    path = REPO / "csrc" / "da8w4_linear_cpu.py"
-    spec = importlib.util.spec_from_file_location("da8w4_linear_cpu", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["da8w4_linear_cpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    sys.path.insert(0, str(REPO / "csrc"))
+    import da8w4_linear_cpu
+
+    return da8w4_linear_cpu
 
 
 def machine() -> str:
@@ -56,14 +53,8 @@ def machine() -> str:
 
 
 def quantize_per_token(x):
-    """torchao's asymmetric per-token uint8 activation quantisation, in eager ops."""
-    eps = torch.finfo(torch.float32).eps
-    mn = torch.clamp(x.amin(-1), max=0)
-    mx = torch.clamp(x.amax(-1), min=0)
-    scale = torch.clamp((mx - mn) / 255, min=eps)
-    zp = torch.clamp(-torch.round(mn / scale), 0, 255).to(torch.int32)
-    q = torch.clamp(torch.round(x / scale[:, None]) + zp[:, None], 0, 255).to(torch.uint8)
-    return q, scale, zp
+    """torchao's asymmetric per-token uint8 activation quantisation (csrc's)."""
+    return _import_loader().quantize_activation(x)
 
 
 def llc_bytes() -> int:

@@ -207,6 +207,26 @@ def load(path: Optional[str] = None) -> bool:
     return True
 
 
+def quantize_activation(x: torch.Tensor, symmetric: bool = False):
+    """torchao's dynamic per-token activation quantization, in eager ops: the
+    activation as da8w4_linear_cpu takes it, ``(q, scales, zero_points)``, one
+    scale and zero point per row of the last dim.  Asymmetric: uint8 with
+    zero points in [0, 255]; symmetric: int8 in [-127, 127], zero points 0."""
+    eps = torch.finfo(torch.float32).eps
+    if symmetric:
+        amax = x.abs().amax(-1, keepdim=True)
+        scale = (amax / 127).clamp(min=eps).float()
+        q = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
+        zp = torch.zeros_like(scale, dtype=torch.int32)
+    else:
+        minv = x.amin(-1, keepdim=True).clamp(max=0)
+        maxv = x.amax(-1, keepdim=True).clamp(min=0)
+        scale = ((maxv - minv) / 255).clamp(min=eps).float()
+        zp = (-torch.round(minv / scale)).clamp(0, 255).to(torch.int32)
+        q = (torch.round(x / scale) + zp).clamp(0, 255).to(torch.uint8)
+    return q.contiguous(), scale.reshape(-1), zp.reshape(-1)
+
+
 def _built_for(path: str) -> Optional[str]:
     """The torch release recorded by the build next to the library, if any."""
     try:

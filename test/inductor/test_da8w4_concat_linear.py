@@ -260,7 +260,9 @@ class Da8w4ConcatLinearTest(TestCase):
         super().setUpClass()
         cls.backend = _ensure_ops()
 
-    def _compile(self, mod, *inputs, concat=True, freezing=True, dynamic=None):
+    def _compile(
+        self, mod, *inputs, concat=True, freezing=True, dynamic=None, more_inputs=()
+    ):
         torch._dynamo.reset()
         counters.clear()
         with inductor_config.patch(
@@ -269,7 +271,7 @@ class Da8w4ConcatLinearTest(TestCase):
             fn = torch.compile(mod, dynamic=dynamic)
             out, (code,) = run_and_get_code(fn, *inputs)
             ctrs = dict(counters["inductor"])
-            extra = [fn(*i) for i in getattr(self, "_more_inputs", [])]
+            extra = [fn(*i) for i in more_inputs]
         return out, code, ctrs, extra
 
     def common(
@@ -286,14 +288,14 @@ class Da8w4ConcatLinearTest(TestCase):
         Without an expected fusion the graph is the unfused one, so only the
         counters, the op count and eager parity are checked.
         """
-        self._more_inputs = [tuple(i) for i in more_inputs]
+        more_inputs = [tuple(i) for i in more_inputs]
         if expected_fusions:
             ref, _, ref_counters, ref_extra = self._compile(
-                mod, *inputs, concat=False, dynamic=dynamic
+                mod, *inputs, concat=False, dynamic=dynamic, more_inputs=more_inputs
             )
             self.assertEqual(ref_counters.get("da8w4_concat_linear", 0), 0)
         out, code, fused_counters, extra = self._compile(
-            mod, *inputs, concat=True, dynamic=dynamic
+            mod, *inputs, concat=True, dynamic=dynamic, more_inputs=more_inputs
         )
         self.assertEqual(
             fused_counters.get("da8w4_concat_linear", 0), expected_fusions, msg=code

@@ -35,7 +35,7 @@ from torch.testing._internal.inductor_utils import HAS_CPU
 
 
 try:
-    from hypothesis import assume, event, given, HealthCheck, settings
+    from hypothesis import event, given, HealthCheck, settings
     from hypothesis import strategies as st
 
     HAS_HYPOTHESIS = True
@@ -46,157 +46,22 @@ LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
 SCALE = 10 if LONG else 1
 
 
-BLOCK_N = 32
-OP_STR = "torch.ops.torchao.da8w4_linear_cpu.default("
-
-_LINEAR_SCHEMA = (
-    "da8w4_linear_cpu(Tensor input, Tensor input_scales, Tensor input_qzeros, "
-    "Tensor weight, Tensor weight_scales, Tensor weight_qzeros, "
-    "Tensor compensation, Tensor? bias, ScalarType output_dtype) -> Tensor"
-)
-_PREPACK_SCHEMA = (
-    "da8w4_linear_prepack_cpu(Tensor weight, Tensor scales, Tensor qzeros) "
-    "-> (Tensor, Tensor, Tensor, Tensor)"
-)
-
-
-def _has_op(name):
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        f"torchao::{name}", "CPU"
-    ) if _has_schema(name) else False
-
-
-def _has_schema(name):
-    try:
-        torch._C._dispatch_find_schema_or_throw(f"torchao::{name}", "")
-    except RuntimeError:
-        return False
-    return True
-
-
-def _block_k(k, groups):
-    return min(k // groups, 128)
-
-
-def _ref_prepack(weight, scales, qzeros):
-    """Plain (non-AMX) nibble layout: tile byte k*BN/2 + n/2, even n low."""
-    n, k = weight.shape
-    if scales.dim() == 1:
-        scales = scales.unsqueeze(1)
-        qzeros = qzeros.unsqueeze(1)
-    groups = scales.shape[1]
-    bk = _block_k(k, groups)
-    nc, kc = n // BLOCK_N, k // bk
-    w = weight.to(torch.uint8)
-    tile = w.view(nc, BLOCK_N, kc, bk).permute(0, 2, 3, 1)  # [Nc, Kc, BK, BN]
-    packed = (tile[..., 0::2] | (tile[..., 1::2] << 4)).contiguous()
-    blocked_scales = scales.float().view(nc, BLOCK_N, groups).transpose(1, 2)
-    blocked_zeros = qzeros.to(torch.int8).view(nc, BLOCK_N, groups).transpose(1, 2)
-    zp_per_block = qzeros.to(torch.int32).repeat_interleave(kc // groups, dim=1)
-    comp = w.to(torch.int32).view(n, kc, bk).sum(-1) - bk * zp_per_block
-    comp = comp.view(nc, BLOCK_N, kc).transpose(1, 2)
-    return (
-        packed,
-        blocked_scales.contiguous(),
-        blocked_zeros.contiguous(),
-        comp.contiguous().to(torch.int32),
+# The op, its reference kernel and the quantization helpers are the patch's
+# main test file's (one copy, one registration when both files run together).
+try:
+    from .test_da8w4_concat_linear import (
+        _ensure_ops,
+        _as_tuple,
+        _quantize_weight,
+        _quantize_act,
     )
-
-
-def _ref_linear(
-    input,
-    input_scales,
-    input_qzeros,
-    weight,
-    weight_scales,
-    weight_qzeros,
-    compensation,
-    bias,
-    output_dtype,
-):
-    """The op's math: exact int32 per k-block, then fp32 dequant in order."""
-    nc, kc, bk, half_bn = weight.shape
-    bn = half_bn * 2
-    n, k = nc * bn, kc * bk
-    groups = weight_scales.shape[1]
-    m = input.numel() // k
-    a = input.reshape(m, k).to(torch.float64)
-    if input.dtype == torch.uint8:
-        a = a - input_qzeros.reshape(m, 1).to(torch.float64)
-    tile = torch.stack([weight & 0xF, weight >> 4], dim=-1).reshape(nc, kc, bk, bn)
-    w = tile.permute(0, 3, 1, 2).reshape(n, kc, bk).to(torch.float64)
-    zw = weight_qzeros.transpose(1, 2).reshape(n, groups).to(torch.float64)
-    sw = weight_scales.transpose(1, 2).reshape(n, groups)
-    per_group = kc // groups
-    zw = zw.repeat_interleave(per_group, dim=1)  # [N, Kc]
-    sw = sw.repeat_interleave(per_group, dim=1)
-    w = w - zw.unsqueeze(-1)
-    partial = torch.einsum("mcb,ncb->cmn", a.view(m, kc, bk), w).float()
-    sa = input_scales.reshape(m, 1).float()
-    acc = torch.zeros(m, n) if bias is None else bias.float().expand(m, n).clone()
-    for c in range(kc):
-        acc = acc + (partial[c] * sa) * sw[:, c]
-    return acc.to(output_dtype).reshape(*input.shape[:-1], n)
-
-
-def _fake_linear(input, input_scales, input_qzeros, weight, *args):
-    output_dtype = args[-1]
-    n = weight.size(0) * weight.size(3) * 2
-    return input.new_empty((*input.shape[:-1], n), dtype=output_dtype)
-
-
-_REFERENCE_LIB = None
-
-
-def _ensure_ops():
-    """Use the registered CPU kernel if there is one; else the reference."""
-    global _REFERENCE_LIB
-    if _has_op("da8w4_linear_cpu") and _has_op("da8w4_linear_prepack_cpu"):
-        return "kernel"
-    if _REFERENCE_LIB is None:
-        lib = torch.library.Library("torchao", "FRAGMENT")  # noqa: TOR901
-        if not _has_schema("da8w4_linear_prepack_cpu"):
-            lib.define(_PREPACK_SCHEMA)
-        if not _has_schema("da8w4_linear_cpu"):
-            lib.define(_LINEAR_SCHEMA)
-        lib.impl("da8w4_linear_prepack_cpu", _ref_prepack, "CPU")
-        lib.impl("da8w4_linear_cpu", _ref_linear, "CPU")
-        torch.library.register_fake("torchao::da8w4_linear_cpu", _fake_linear, lib=lib)
-        _REFERENCE_LIB = lib
-    return "reference"
-
-
-def _as_tuple(out):
-    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
-
-
-def _quantize_weight(w, group_size):
-    """Asymmetric per-group uint4 (0..15), as torchao's from_hp_da8w4."""
-    n, k = w.shape
-    g = w.view(n, k // group_size, group_size)
-    minv = g.amin(-1).clamp(max=0)
-    maxv = g.amax(-1).clamp(min=0)
-    scale = ((maxv - minv) / 15).clamp(min=1e-6)
-    zp = (-torch.round(minv / scale)).clamp(0, 15)
-    q = (torch.round(g / scale.unsqueeze(-1)) + zp.unsqueeze(-1)).clamp(0, 15)
-    return q.view(n, k).to(torch.uint8), scale.float(), zp.to(torch.int8)
-
-
-def _quantize_act(x, symmetric):
-    """Dynamic per-token quantization of a 2-D activation, as torchao does."""
-    eps = torch.finfo(torch.float32).eps
-    if symmetric:
-        amax = x.abs().amax(-1, keepdim=True)
-        scale = (amax / 127).clamp(min=eps).float()
-        q = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
-        zp = torch.zeros_like(scale, dtype=torch.int32)
-    else:
-        minv = x.amin(-1, keepdim=True).clamp(max=0)
-        maxv = x.amax(-1, keepdim=True).clamp(min=0)
-        scale = ((maxv - minv) / 255).clamp(min=eps).float()
-        zp = (-torch.round(minv / scale)).clamp(0, 255).to(torch.int32)
-        q = (torch.round(x / scale) + zp).clamp(0, 255).to(torch.uint8)
-    return q.contiguous(), scale.reshape(-1), zp.reshape(-1)
+except ImportError:
+    from test_da8w4_concat_linear import (  # type: ignore[no-redef]
+        _ensure_ops,
+        _as_tuple,
+        _quantize_weight,
+        _quantize_act,
+    )
 
 
 ARG_NAMES = (
