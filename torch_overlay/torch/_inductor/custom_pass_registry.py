@@ -20,8 +20,7 @@ Design
 * **Stages** are named after the config field that feeds them
   (:class:`CustomPassStage`): the five FX graph stages (pre-grad, joint
   pre/post, post-grad pre/post) and the two scheduler stages
-  (``_pre_fusion_custom_pass``/``_post_fusion_custom_pass``).  A stage is
-  available when the running torch has the config field.  Fields that are
+  (``_pre_fusion_custom_pass``/``_post_fusion_custom_pass``).  Fields that are
   not passes (``custom_partitioner_fn``, ``_fuse_ddp_communication_passes``,
   the AOTAutograd ``joint_custom_pass``) are out of scope: they select one
   implementation or a list of builtin steps and cannot be chained.
@@ -78,14 +77,7 @@ Design
   ``CustomGraphPass``, ``CustomSchedulerPass``...) or whose ``uuid()`` is
   falsy makes the cache bypass that compile; the first time a given pass
   causes a bypass, one warning names it.  Pre-grad passes take part only when
-  they run after the cache lookup (``resolve_pre_grad_pass_timing() != "early"``
-  where the base has that knob; on 2.11 pre-grad passes always run before the
-  lookup).
-
-* On torch 2.11, where each field holds one callable, this patch's hooks read
-  the fields through :func:`get_custom_passes`, so the fields also accept a
-  list or tuple there, with the semantics of upstream's
-  ``get_custom_graph_passes`` (pytorch/pytorch#184108, torch 2.13).
+  they run after the cache lookup (``resolve_pre_grad_pass_timing() != "early"``).
 """
 
 from __future__ import annotations
@@ -129,19 +121,6 @@ class CustomPassStage(str, enum.Enum):
     POST_GRAD_POST = "post_grad_custom_post_pass"
     PRE_FUSION = "_pre_fusion_custom_pass"
     POST_FUSION = "_post_fusion_custom_pass"
-
-
-# Classes whose uuid() the cache key may trust.  CustomPassBase only exists
-# from torch 2.13; on 2.11 the graph pass classes are the roots.
-_UUID_PASS_TYPES: tuple[type, ...] = tuple(
-    cls
-    for cls in (
-        getattr(custom_graph_pass, "CustomPassBase", None),
-        custom_graph_pass.CustomGraphPass,
-        getattr(custom_graph_pass, "CustomGraphModulePass", None),
-    )
-    if cls is not None
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,10 +200,6 @@ def _as_stage(stage: CustomPassStage | str) -> CustomPassStage:
             f"unknown custom pass stage {stage!r}; expected one of "
             f"{[s.value for s in CustomPassStage]}"
         ) from None
-    if not hasattr(config, resolved.value):
-        raise ValueError(
-            f"custom pass stage {resolved.value!r} does not exist in this torch"
-        )
     return resolved
 
 
@@ -375,7 +350,8 @@ def get_custom_passes(stage: CustomPassStage | str) -> tuple[Callable[..., Any],
 
 
 def _uuid(custom_pass: Callable[..., Any]) -> Any:
-    if not isinstance(custom_pass, _UUID_PASS_TYPES):
+    # The cache key trusts uuid() only from the custom pass classes.
+    if not isinstance(custom_pass, custom_graph_pass.CustomPassBase):
         return None
     return custom_pass.uuid() or None
 
@@ -386,7 +362,7 @@ def list_custom_passes(
     """What runs where: ``{stage: [CustomPassInfo, ...]}`` in run order.
 
     Only stages with at least one pass are listed (or just ``stage``)."""
-    stages = [_as_stage(stage)] if stage is not None else _available_stages()
+    stages = [_as_stage(stage)] if stage is not None else list(CustomPassStage)
     listing: dict[str, list[CustomPassInfo]] = {}
     for s in stages:
         infos = [
@@ -401,14 +377,10 @@ def list_custom_passes(
     return listing
 
 
-def _available_stages() -> list[CustomPassStage]:
-    return [s for s in CustomPassStage if hasattr(config, s.value)]
-
-
 def _cache_stages(include_pre_grad: bool) -> list[CustomPassStage]:
     return [
         s
-        for s in _available_stages()
+        for s in CustomPassStage
         if include_pre_grad or s is not CustomPassStage.PRE_GRAD
     ]
 
