@@ -156,7 +156,15 @@ def _ensure_ops():
             lib.define(_LINEAR_SCHEMA)
         lib.impl("da8w4_linear_prepack_cpu", _ref_prepack, "CPU")
         lib.impl("da8w4_linear_cpu", _ref_linear, "CPU")
-        torch.library.register_fake("torchao::da8w4_linear_cpu", _fake_linear, lib=lib)
+        try:
+            torch.library.register_fake(
+                "torchao::da8w4_linear_cpu", _fake_linear, lib=lib
+            )
+        except RuntimeError as e:
+            # torchao defines the op with its own fake impl, which older torch
+            # does not let another registration override: use that one.
+            if "fake impl registered" not in str(e):
+                raise
         _REFERENCE_LIB = lib
     return "reference"
 
