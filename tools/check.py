@@ -2,8 +2,10 @@
 
 Per base: (1) series <-> files one to one, no duplicates, trailing newlines; (2) headers (subject prefix, the
 required trailers, a Yocto-style ``Upstream-Status`` regex); (3) ``git am`` of the committed series on a fresh
-clone of the pristine tree, and each patch alone on the pristine tree; (4) regenerate and byte-compare. Every
-problem is reported with its file; exit status 1 if there is any.
+clone of the pristine tree, and each patch alone on the pristine tree; (4) each patch's hook alone on the
+pristine tree (a shared ``hook.diff`` that no longer applies to a base is named with the base, file and hunk,
+and an override is suggested), then regenerate and byte-compare. Every problem is reported with its file;
+exit status 1 if there is any.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from pathlib import Path
 from tools import bases as bases_mod
 from tools import gitutil
 from tools.common import Patchset, PatchsetError, add_subcommand, progress
-from tools.generate import add_base_arg, build_series_commits, read_dir
+from tools.generate import add_base_arg, build_series_commits, hook_failure, read_dir
 from tools.patchfile import (AFFECTS_RE, CATEGORIES, DATE_RE, SUBJECT_PREFIX, TRAILERS, UPSTREAM_STATUS_FORMS,
                              UPSTREAM_STATUS_RE, ZERO_FROM_LINE, parse_header)
 from tools.seriesfile import series_entries
-from tools.sources import FIX_COMMAND, Sources, orphan_hook_files, select_bases, sources_from_args, unclaimed_overlay_files
+from tools.sources import (FIX_COMMAND, SHARED_HOOK, Sources, orphan_hook_files, select_bases, shadowed_shared_hooks,
+                           sources_from_args, unclaimed_overlay_files)
 
 
 @dataclasses.dataclass
@@ -157,6 +160,35 @@ def check_apply(base: str, pdir: Path, base_tree: Path, workdir: Path) -> list[P
     return probs
 
 
+def check_hooks(base: str, ps: Patchset, sources: Sources, base_tree: Path, workdir: Path, *, warn=progress) -> list[Problem]:
+    """(4a) each patch's hook (its override, else the shared hook) alone on the pristine index: a failure names
+    the hook file, the base, and each hunk that does not match. An override that gives exactly what the shared
+    hook gives on its base is a warning (delete it)."""
+    probs = []
+    repo = workdir / "hooks"
+    gitutil.clone_local(base_tree, repo, checkout=False)
+    env = gitutil.isolated_env()
+
+    def tree_with(hook: Path) -> tuple[str | None, str]:
+        gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+        r = gitutil.git("apply", "--cached", "--whitespace=nowarn", hook.resolve(), cwd=repo, env=env, check=False)
+        return (gitutil.git("write-tree", cwd=repo, env=env).stdout.strip() if r.ok else None), r.output
+
+    for patch in ps.series(base):
+        hook = sources.hook_diff(patch, base)
+        if hook is None:
+            continue
+        tree, output = tree_with(hook)
+        if tree is None:
+            gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+            probs.append(Problem(str(hook), hook_failure(hook, patch, base, ps, sources, repo, env, output, [])))
+            continue
+        shared = sources.shared_hook(patch)
+        if hook != shared and shared.is_file() and tree_with(shared)[0] == tree:
+            warn(f"warning: {sources.rel(hook)}: gives the same result on {base} as {SHARED_HOOK}; delete this override")
+    return probs
+
+
 def _text_diff(a: bytes, b: bytes, a_name: str, b_name: str, limit: int = 200) -> str:
     lines = list(difflib.unified_diff(a.decode("utf-8", "replace").splitlines(True), b.decode("utf-8", "replace").splitlines(True), a_name, b_name))
     if len(lines) > limit:
@@ -185,6 +217,7 @@ def check_regenerate(base: str, pdir: Path, expected: dict[str, bytes]) -> tuple
 def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
     probs = [Problem(str(f), "is in torch_overlay/ but no [[patch]] in patchset.toml lists it under overlay") for f in unclaimed_overlay_files(ps, sources)]
     probs += [Problem(str(f), f"is never used: {why}") for f, why in orphan_hook_files(ps, sources)]
+    probs += [Problem(str(f), why) for f, why in shadowed_shared_hooks(ps, sources)]
     return probs
 
 
@@ -195,7 +228,10 @@ def _check_tree(base: str, ps: Patchset, sources: Sources, pdir: Path, tree: Pat
         if (pdir / "series").is_file():
             progress(f"check v{base}: [3/4] git am on the pristine tree, and each patch alone")
             found += check_apply(base, pdir, tree, Path(tmp))
-        progress(f"check v{base}: [4/4] regenerate and compare")
+        progress(f"check v{base}: [4/4] each hook alone on the pristine tree, then regenerate and compare")
+        bad_hooks = check_hooks(base, ps, sources, tree, Path(tmp))
+        if bad_hooks:
+            return found + bad_hooks  # regenerating would only fail on the same hooks
         gen_dir = Path(tmp) / "gen"
         gen_dir.mkdir()
         try:

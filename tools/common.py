@@ -13,7 +13,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PATCHSET_TOML = REPO_ROOT / "patchset.toml"
 PATCHES_DIR = REPO_ROOT / "patches"
-HOOKS_DIR = REPO_ROOT / "hooks"
 OVERLAY_DIR = REPO_ROOT / "torch_overlay"
 CACHE_DIR = Path(os.environ.get("TORCH_PATCHSET_CACHE", Path.home() / ".cache" / "torch-patchset"))
 
@@ -51,9 +50,6 @@ class PatchMeta:
     body: str
     # optional, for the Tested-On: trailer: e.g. ["2.13.0+cpu", "2.11.0+cu130 (H100)"]
     tested_on: tuple[str, ...] = ()
-
-    def hook_diff(self, base: str, hooks_dir: Path | None = None) -> Path:
-        return (hooks_dir or HOOKS_DIR) / self.name / f"v{base}.diff"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """``python -m tools generate``: rebuild ``patches/v<base>/`` from the sources.
 
 For each base: a scratch clone of the pristine tree; for each patch of ``patchset.toml`` (table order) that
-lists the base: ``git apply`` its hook diff ``hooks/<name>/v<base>.diff`` (no fuzz, offsets ok), add its
-overlay files (``torch_overlay/<path>`` -> ``<path>``) and its test files, and commit with a fixed author, the
+lists the base: ``git apply`` its hook diff (no fuzz, offsets ok): ``hooks/<name>/v<base>.diff`` if that override
+exists, else the shared ``hooks/<name>/hook.diff``; add its overlay files (``torch_overlay/<path>`` -> ``<path>``) and its test files, and commit with a fixed author, the
 patch's ``last-update`` as date and a message built from the metadata. Then ``git format-patch`` with
 Electron's deterministic flags into ``patches/v<base>/<name>.patch`` and a ``series`` file (which records a
 digest of the sources, so that ``install`` refuses a stale series). Everything is built in temp dirs first;
@@ -22,10 +22,11 @@ from pathlib import Path
 from tools import bases as bases_mod
 from tools import fsutil, gitutil
 from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, progress
-from tools.patchfile import commit_message, patch_date
+from tools.patchapply import find_hunk
+from tools.patchfile import commit_message, parse_patch, patch_date, split_lines
 from tools.seriesfile import series_text
-from tools.sources import (Sources, add_repo_root_arg, orphan_hook_files, select_bases, sources_digest,
-                           sources_from_args, unclaimed_overlay_files)
+from tools.sources import (SHARED_HOOK, Sources, add_repo_root_arg, hook_base, orphan_hook_files, select_bases,
+                           shadowed_shared_hooks, sources_digest, sources_from_args, unclaimed_overlay_files)
 
 
 def upstream_git_version(tree: Path) -> str:
@@ -65,6 +66,64 @@ def _add_files(repo: Path, env: dict, patch: PatchMeta, base: str, pairs: list[t
         owners[dest] = patch.name
 
 
+def unmatched_hunks(repo: Path, env: dict, hook: Path) -> list[str]:
+    """``<file> hunk #k (<@@ line>): <why>`` for each hunk of ``hook`` that has no exact match in the index of
+    ``repo``, by ``git apply``'s rules without fuzz (``tools.patchapply.find_hunk``): what to fix, hunk by hunk."""
+    try:
+        fds = parse_patch(hook).files
+    except PatchsetError as e:
+        return [e.reason]
+    out = []
+    for fd in fds:
+        r = gitutil.git("show", f":{fd.path}", cwd=repo, env=env, check=False, binary=True)
+        if fd.kind == "add":
+            if r.ok:
+                out.append(f"{fd.path}: the hook adds this file but the tree already has it")
+            continue
+        if not r.ok:
+            out.append(f"{fd.path}: not in this tree")
+            continue
+        lines = split_lines(r.stdout)
+        delta = 0
+        for k, h in enumerate(fd.hunks, 1):
+            want = (h.old_start - 1 if h.old else h.old_start) + delta
+            pos = find_hunk(lines, h, want)
+            if pos is not None:
+                delta += pos - want
+                continue
+            if h.old_start <= 1 and find_hunk(lines, dataclasses.replace(h, old_start=2), 0) is not None:
+                why = "it starts at line 1, and git applies such a hunk only at the top of the file, which differs"
+            else:
+                why = "its context and removed lines are not in the file as they are (no fuzz is allowed)"
+            out.append(f"{fd.path} hunk #{k} ({h.at or h.header}): {why}")
+    return out
+
+
+def hook_failure(hook: Path, patch: PatchMeta, base: str, ps: Patchset, sources: Sources, repo: Path, env: dict,
+                 git_output: str, before: list[str]) -> str:
+    """Why ``hook`` did not apply to the index of ``repo`` (pristine ``base`` + the patches ``before``), hunk by
+    hunk, and what to do: remake it, give the base an override (a shared hook), or move hunks apart."""
+    detail = "; ".join(unmatched_hunks(repo, env, hook)) or gitutil.apply_failure_text(git_output)
+    after = f" after {', '.join(before)}" if before else ""
+    alone = None
+    if before:  # does it apply alone? then only the hunks of earlier patches are in its way
+        alone_env = {**env, "GIT_INDEX_FILE": str(repo / ".git" / "alone.index")}
+        gitutil.git("read-tree", "HEAD", cwd=repo, env=alone_env)
+        alone = gitutil.git("apply", "--cached", "--check", hook.resolve(), cwd=repo, env=alone_env, check=False).ok
+    spacing = "keep hunks 3+ lines away from other patches' hunks"
+    if alone:
+        return f"applies to pristine torch {base} alone but not{after}: {detail}; its hunks and theirs are too close: {spacing}"
+    if hook.name == SHARED_HOOK:
+        made_on = hook_base(ps, patch)
+        if base == made_on:
+            fix = f"remake it against pristine torch {base}, the base the shared hook is made against (CONTRIBUTING.md)"
+        else:
+            fix = (f"if torch {base} needs other context or other lines, give it an override "
+                   f"{sources.rel(sources.override_hook(patch, base))} made against pristine torch {base} (CONTRIBUTING.md)")
+        return f"the shared hook (made against {made_on}) does not apply to pristine torch {base}{after}: {detail}; {fix}; {spacing}"
+    return f"does not apply to pristine torch {base}{after}: {detail}; remake it against the pristine tree (see CONTRIBUTING.md) and {spacing}"
+
+
 def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: Path, workdir: Path, *, warn=progress) -> Built:
     """Build the commits of ``base``'s series in a scratch clone at ``workdir/repo`` (index only)."""
     repo = workdir / "repo"
@@ -77,17 +136,13 @@ def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: P
     owners: dict[str, str] = {}
     for i, patch in enumerate(series):
         diff = sources.hook_diff(patch, base)
-        if diff.is_file():
+        if diff is not None:
             r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-p1", diff.resolve(), cwd=repo, env=env, check=False)
             if not r.ok:
-                after = f" after {', '.join(p.name for p in series[:i])}" if i else ""
-                raise PatchsetError(
-                    diff,
-                    f"does not apply to pristine torch {base}{after}: {gitutil.apply_failure_text(r.output)}"
-                    "; remake it against the pristine tree (see CONTRIBUTING.md) and keep hunks 3+ lines away from other patches' hunks",
-                )
+                raise PatchsetError(diff, hook_failure(diff, patch, base, ps, sources, repo, env, r.output, [p.name for p in series[:i]]))
         else:
-            warn(f"warning: {sources.rel(diff)}: no hook diff for {patch.name} on {base}; the patch only adds its new files")
+            warn(f"warning: {sources.rel(sources.hooks_dir / patch.name)}/: no hook diff for {patch.name} on {base} (neither "
+                 f"{SHARED_HOOK} nor {sources.override_hook(patch, base).name}); the patch only adds its new files")
         pairs = [(sources.overlay_file(o), o) for o in patch.overlay] + [(sources.test_file(t), t) for t in patch.tests]
         _add_files(repo, env, patch, base, pairs, owners)
         tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip()
@@ -136,6 +191,8 @@ def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Pat
         warn(f"warning: {f}: in torch_overlay/ but listed by no patch; it is not shipped")
     for f, why in orphan_hook_files(ps, sources):
         warn(f"warning: {f}: never used: {why}")
+    for f, why in shadowed_shared_hooks(ps, sources):
+        warn(f"warning: {f}: {why}")
     outputs = {}
     for base in selected:
         progress(f"generate v{base}: {len(ps.series(base))} patches")

@@ -16,14 +16,27 @@ from __future__ import annotations
 from typing import Callable
 
 from tools.common import PatchsetError
-from tools.patchfile import FileDiff, Patch, split_lines
+from tools.patchfile import FileDiff, Hunk, Patch, split_lines
 
 
-def _find(lines: list[bytes], old: list[bytes], want: int) -> int | None:
-    """Where ``old`` sits in ``lines``: at ``want`` if it matches there, else the nearest exact match."""
-    if lines[want : want + len(old)] == old:
+def find_hunk(lines: list[bytes], h: Hunk, want: int) -> int | None:
+    """Where hunk ``h``'s old lines sit in ``lines``: at ``want`` if they match there, else the nearest exact
+    match. As in ``git apply``: a hunk that starts at line 1 must match at the beginning of the file, and one
+    without trailing context lines must match at its end (so an offset cannot move either)."""
+    old = h.old
+    trailing = 0
+    while trailing < min(len(old), len(h.new)) and old[-1 - trailing] == h.new[-1 - trailing]:
+        trailing += 1
+    at_end = bool(old) and trailing == 0
+
+    def ok(j: int) -> bool:
+        return lines[j : j + len(old)] == old and (not at_end or j + len(old) == len(lines))
+
+    if h.old_start <= 1:
+        return 0 if ok(0) else None
+    if 0 <= want <= len(lines) - len(old) and ok(want):
         return want
-    cands = [j for j in range(len(lines) - len(old) + 1) if lines[j : j + len(old)] == old]
+    cands = [j for j in range(len(lines) - len(old) + 1) if ok(j)]
     return min(cands, key=lambda j: abs(j - want)) if cands else None
 
 
@@ -42,7 +55,7 @@ def apply_file_diff(content: bytes | None, fd: FileDiff, where: str) -> bytes | 
         if h.old and h.old_start == 0:
             raise PatchsetError(where, f"{fd.path}: hunk #{k} has a bad start line")
         want = (h.old_start - 1 if h.old else h.old_start) + delta
-        pos = _find(lines, h.old, want)
+        pos = find_hunk(lines, h, want)
         if pos is None:
             raise PatchsetError(where, f"{fd.path}: hunk #{k} (line {h.old_start}) does not apply: context differs")
         lines[pos : pos + len(h.old)] = h.new

@@ -84,6 +84,7 @@ class Hunk:
     old_start: int
     old: list[bytes]  # lines with their endings, as in the file before
     new: list[bytes]
+    at: str = ""  # the "@@ -a,b +c,d @@ <section>" line as written in the file (for messages)
 
     @property
     def header(self) -> str:
@@ -171,7 +172,8 @@ def split_lines(content: bytes) -> list[bytes]:
 
 
 def _read_hunk(lines: list[bytes], i: int, fpath: str, where: str) -> tuple[Hunk, int]:
-    hm = _HUNK_RE.match(lines[i])
+    start = lines[i]
+    hm = _HUNK_RE.match(start)
     if not hm:
         raise PatchsetError(where, f"{fpath}: malformed hunk header {lines[i]!r}")
     old_count = int(hm.group(2)) if hm.group(2) is not None else 1
@@ -202,7 +204,7 @@ def _read_hunk(lines: list[bytes], i: int, fpath: str, where: str) -> tuple[Hunk
         i += 1
     if len(h_old) != old_count or len(h_new) != new_count:
         raise PatchsetError(where, f"{fpath}: hunk line counts do not match its header")
-    return Hunk(int(hm.group(1)), h_old, h_new), i
+    return Hunk(int(hm.group(1)), h_old, h_new, start.decode("utf-8", "replace").rstrip("\r\n")), i
 
 
 def parse_diffs(data: bytes, where: str) -> list[FileDiff]:

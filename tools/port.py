@@ -1,9 +1,11 @@
 """``port``: carry every hook diff forward to a new torch release (see ``tools.port_cli`` for the command).
 
-The source base of each patch's hook is ``--from``, else the nearest bases with a hook file (closest lower, then
-closest higher; the first that merges cleanly wins). ``tools.port_merge`` carries it; a clean carry is written
-as ``hooks/<patch>/vX.Y.Z.diff`` (an existing, different file only with ``force``), then every hook of the new
-base is applied in series order as ``generate`` will. ``write`` adds the base to ``patchset.toml``.
+The source base of each patch's hook is ``--from``, else the nearest bases with a hook (its override or the
+shared ``hook.diff``; closest lower, then closest higher; the first that merges cleanly wins). ``tools.port_merge``
+carries it. A patch whose shared ``hook.diff`` applies to the new base as it is (offsets, no fuzz) and gives what
+the carry gives needs no file; otherwise a clean carry is written as the override ``hooks/<patch>/vX.Y.Z.diff``
+(an existing, different file only with ``force``). Then every hook of the new base is applied in series order as
+``generate`` will. ``write`` adds the base to ``patchset.toml``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from tools import bases as bases_mod
 from tools import gitutil
 from tools.common import Patchset, PatchMeta, PatchsetError, progress, version_key
 from tools.port_merge import Carry, HunkIssue, applies, carry_hook, diff_against
-from tools.sources import Sources, select_bases
+from tools.sources import SHARED_HOOK, Sources, select_bases
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -35,9 +37,9 @@ def source_candidates(new: str, have: list[str]) -> list[str]:
 @dataclasses.dataclass
 class PatchPort:
     patch: str
-    status: str  # "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
+    status: str  # "shared" | "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
     carry: Carry | None
-    hook_file: Path
+    hook_file: Path  # the hook the new base will use: the shared hook.diff ("shared") or the override
     notes: list[str]
 
 
@@ -54,7 +56,7 @@ class PortResult:
         return [p for p in self.patches if p.status in ("conflict", "no-source", "collides")]
 
     def ported(self) -> list[str]:
-        return [p.patch for p in self.patches if p.status in ("wrote", "unchanged", "kept", "no-hook")]
+        return [p.patch for p in self.patches if p.status in ("shared", "wrote", "unchanged", "kept", "no-hook")]
 
 
 def _sorted_bases(bases: list[str]) -> list[str]:
@@ -142,24 +144,38 @@ def port(
     return result
 
 
+def _shared_result(shared: Path, repo: Path, new_tree: Path) -> tuple[str | None, str]:
+    """(``git diff`` of the new pristine tree with the shared hook applied as it is, or None; git's reason)."""
+    if not repo.exists():
+        gitutil.clone_local(new_tree, repo, checkout=False)
+    env = gitutil.isolated_env()
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    r = gitutil.git("apply", "--cached", "--whitespace=nowarn", shared.resolve(), cwd=repo, env=env, check=False)
+    out = gitutil.git("diff", "--cached", "--no-renames", "--no-color", cwd=repo, env=env).stdout if r.ok else None
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    return out, "" if r.ok else gitutil.explain_apply_failure(r.output)[1]
+
+
 def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, version, new_tree, from_base, force, tmp, repo, workdir) -> PatchPort:
-    hook_file = sources.hook_diff(patch, version)
+    hook_file = sources.override_hook(patch, version)
+    shared = sources.shared_hook(patch)
     rel = sources.rel(hook_file)
-    have = [b for b in patch.bases if b != version and sources.hook_diff(patch, b).is_file()]
+    have = [b for b in patch.bases if b != version and sources.hook_diff(patch, b) is not None]
     if from_base:
         cands = [from_base] if from_base in have else []
     else:
         cands = source_candidates(version, have)
     if not cands:
-        if not any(sources.hook_diff(patch, b).is_file() for b in patch.bases):
+        if not any(sources.hook_diff(patch, b) is not None for b in patch.bases):
             return PatchPort(patch.name, "no-hook", None, hook_file, ["no hook diff on any base: the patch only adds files"])
-        why = f"no hooks/{patch.name}/v{from_base}.diff" if from_base else "no other base has a hook diff"
+        why = f"no hooks/{patch.name}/v{from_base}.diff or {SHARED_HOOK}" if from_base else "no other base has a hook diff"
         return PatchPort(patch.name, "no-source", None, hook_file, [why])
     carries = []
     for src in cands:
-        progress(f"port v{version}: {patch.name}: merging its v{src} hook")
+        used = sources.hook_diff(patch, src)
+        progress(f"port v{version}: {patch.name}: merging its v{src} hook ({sources.rel(used)})")
         src_tree = bases_mod.require_base_tree(src, cache_dir)
-        c = carry_hook(sources.hook_diff(patch, src), src, src_tree, version, new_tree, tmp / "m")
+        c = carry_hook(used, src, src_tree, version, new_tree, tmp / "m")
         if c.clean:
             c.diff = diff_against(new_tree, c.merged, repo)
             why = applies(repo, c.diff) if c.diff else None
@@ -177,6 +193,19 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
             notes.append(f"from v{c.source} instead: also clean but a different hook; compare before trusting either")
         elif chosen.clean:
             notes.append(f"from v{c.source} instead: the same hook")
+    # the shared hook as it is (offsets, no fuzz): used, with no file written, when it gives what the carry gives
+    as_is, why_not = _shared_result(shared, repo, new_tree) if shared.is_file() else (None, "")
+    if as_is is not None and not hook_file.is_file():
+        if chosen.clean and as_is == chosen.diff:
+            return PatchPort(patch.name, "shared", chosen, shared, notes)
+        if chosen.clean:
+            notes.append(f"{SHARED_HOOK} also applies to torch {version} as it is, but gives another result than the "
+                         f"carry from v{chosen.source}; the carry is written as an override: compare the two")
+        else:
+            notes.append(f"{SHARED_HOOK} applies to torch {version} as it is; if its lines are right there, no override "
+                         f"is needed: add {version} to the patch's bases by hand")
+    elif shared.is_file() and as_is is None and chosen.clean:
+        notes.append(f"{SHARED_HOOK} does not apply to torch {version} as it is ({why_not}), so the base gets an override")
     if not chosen.clean:
         if workdir is not None:
             d = workdir / patch.name
@@ -194,6 +223,8 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
         return PatchPort(patch.name, "empty", chosen, hook_file, notes + [f"torch {version} already has every change of the hook; nothing to write"])
     if hook_file.is_file():
         existing = hook_file.read_text()
+        if as_is is not None and as_is == existing:
+            notes.append(f"{rel} gives the same as {SHARED_HOOK} as it is; it can be deleted")
         if existing == chosen.diff:
             return PatchPort(patch.name, "unchanged", chosen, hook_file, notes)
         if not force:
@@ -211,9 +242,14 @@ def _check_series_order(result: PortResult, ps: Patchset, sources: Sources, vers
     by_name = {p.patch: p for p in result.patches}
     before = []
     for patch in ps.patches:
-        f = sources.hook_diff(patch, version)
         pp = by_name.get(patch.name)
-        if not f.is_file() or (pp is not None and pp.status not in ("wrote", "unchanged", "kept")):
+        if pp is not None:
+            f = pp.hook_file if pp.status in ("shared", "wrote", "unchanged", "kept") else None
+        elif version in patch.bases or sources.override_hook(patch, version).is_file():
+            f = sources.hook_diff(patch, version)  # not ported in this run: what generate will use
+        else:
+            f = None
+        if f is None:
             continue
         r = gitutil.git("apply", "--cached", "--whitespace=nowarn", f.resolve(), cwd=repo, check=False)
         if not r.ok:
@@ -221,7 +257,7 @@ def _check_series_order(result: PortResult, ps: Patchset, sources: Sources, vers
             msg = f"does not apply after {', '.join(before) or 'nothing'} on torch {version} ({why}): its hunks and another patch's are too close; move them 3+ lines apart"
             if pp is not None:
                 pp.notes.append(msg)
-                if pp.status in ("wrote", "unchanged", "kept"):
+                if pp.status in ("shared", "wrote", "unchanged", "kept"):
                     pp.status = "collides"
             continue
         before.append(patch.name)

@@ -2,26 +2,29 @@
 
 1. Fetch ``torch==X.Y.Z`` and build its pristine tree (``tools.bases``; cached like every base).
 2. For each patch of ``patchset.toml`` (table order), pick the source base: ``--from B`` if given, else the
-   **nearest** bases that have ``hooks/<patch>/v<B>.diff``: the closest lower version, then the closest
-   higher one. Both neighbours are tried; the first (lower before higher) from which every hunk carries
-   cleanly is used, and the report says when the other one carries to a different hook or conflicts.
+   **nearest** bases that have a hook (their override ``hooks/<patch>/v<B>.diff``, or the shared
+   ``hooks/<patch>/hook.diff``): the closest lower version, then the closest higher one. Both neighbours are
+   tried; the first (lower before higher) from which every hunk carries cleanly is used, and the report says
+   when the other one carries to a different hook or conflicts.
 3. Carry a hook by three-way merge, per file: ``git merge-file --diff3`` of the hooked old file (the hook
    applied to the old pristine file), the old pristine file (merge base) and the new pristine file. Each
    hunk is also merged alone, so a conflict is attributed to the hook hunk that causes it.
-4. A patch whose every hunk merged cleanly gets ``hooks/<patch>/vX.Y.Z.diff``: ``git diff`` of the new
+4. A patch with a shared ``hook.diff`` that applies to the new pristine tree as it is (offsets, no fuzz) and
+   gives exactly what the carry gives needs **no file**: the new base uses the shared hook. Otherwise a patch
+   whose every hunk merged cleanly gets the override ``hooks/<patch>/vX.Y.Z.diff``: ``git diff`` of the new
    pristine tree against the merged files (default 3 lines of context, same headers as a hand-made hook),
    checked to apply to the new pristine tree. An existing, different file is kept unless ``--force``.
 5. A patch with any hunk that needs hand work gets **no file**. Each such hunk is printed with the file,
    its line in the new base, the hook hunk it comes from, the reason (conflict with upstream's edit of
    the lines it changes or of its context; context deleted; file missing) and the merge's conflict text.
    ``--workdir DIR`` also leaves ``DIR/<patch>/``: a clone of the new base with that patch's merge result
-   (conflict markers included) in the work tree, to finish and ``git diff`` into the hook file.
+   (conflict markers included) in the work tree, to finish and ``git diff`` into the override file.
 6. The ported hooks are applied in series order on the new pristine tree (as ``generate`` does), so
    hunks of two patches that ended up too close together are reported too.
-7. ``--write`` adds the base to ``[patchset] bases`` and to each patch whose hook for it exists;
-   without it the exact ``patchset.toml`` edit and the next commands are printed.
+7. ``--write`` adds the base to ``[patchset] bases`` and to each patch that now has a hook for it (shared
+   or override); without it the exact ``patchset.toml`` edit and the next commands are printed.
 
-Re-runnable: a hook file that is already there is compared, never overwritten without ``--force``.
+Re-runnable: an override that is already there is compared, never overwritten without ``--force``.
 Exit status: 0 when every patch carried (or was already there), 1 when some hunk needs hand work, 2 on error.
 """
 
@@ -42,11 +45,12 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
 
     head = gitutil.rev_parse(res.tree) or "?"
     print(f"port to torch {res.version}: pristine tree {res.tree} ({head[:12]})", file=out)
-    print("source base of each hook: --from, else the closest lower base with a hook, else the closest higher (both tried; the first that merges cleanly is used)", file=out)
+    print("source base of each hook: --from, else the closest lower base with a hook (override or shared), else the closest higher (both tried; the first that merges cleanly is used)", file=out)
     for p in res.patches:
         c = p.carry
         src = f" from v{c.source}" if c else ""
         verdict = {
+            "shared": f"carried{src}; the shared {rel(p.hook_file)} applies as it is (offsets only) and gives the same; no override written",
             "wrote": f"carried{src}; wrote {rel(p.hook_file)}",
             "unchanged": f"carried{src}; {rel(p.hook_file)} already says the same",
             "kept": f"carried{src}; existing {rel(p.hook_file)} kept",
@@ -75,7 +79,7 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
     print("next steps:", file=out)
     step = 1
     if hand:
-        print(f"  {step}. finish by hand: make hooks/<patch>/v{res.version}.diff in a clone of {res.tree} (CONTRIBUTING.md), using the conflict text above", file=out)
+        print(f"  {step}. finish by hand: make the override hooks/<patch>/v{res.version}.diff in a clone of {res.tree} (CONTRIBUTING.md), using the conflict text above", file=out)
         step += 1
     if res.toml_written:
         print(f"  {step}. patchset.toml: {res.version} added to [patchset] bases and to {', '.join(ported) or 'no patch'}" + ("; add it to the patches finished by hand" if hand else ""), file=out)
@@ -109,7 +113,7 @@ def register(subparsers) -> None:
     p.add_argument("version", help="the torch release to port to, X.Y.Z (e.g. 2.14.1)")
     p.add_argument("--from", dest="from_base", metavar="X.Y.Z", help="carry every hook from this base (default: the nearest, see above)")
     p.add_argument("--patch", action="append", metavar="NAME", help="only this patch (repeatable)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing hooks/<patch>/v<version>.diff that differs")
+    p.add_argument("--force", action="store_true", help="overwrite an existing override hooks/<patch>/v<version>.diff that differs")
     p.add_argument("--write", action="store_true", help="add the version to patchset.toml's bases ([patchset] and each ported patch)")
     p.add_argument("--workdir", metavar="DIR", help="for each patch that needs hand work, leave DIR/<patch>/: the new base with its merge result")
     add_repo_root_arg(p)

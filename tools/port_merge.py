@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tools import gitutil
 from tools.common import PatchsetError
-from tools.patchapply import apply_file_diff
-from tools.patchfile import FileDiff, Hunk, parse_patch
+from tools.patchapply import apply_file_diff, find_hunk
+from tools.patchfile import FileDiff, Hunk, parse_patch, split_lines
 
 CONFLICT_CONTEXT = 3  # lines of the merged file shown around a conflict block
 
@@ -148,7 +148,8 @@ def _missing_file_hint(tree: Path, path: str) -> str:
 
 
 def carry_hook(hook: Path, src: str, src_tree: Path, new: str, new_tree: Path, tmp: Path) -> Carry:
-    """Three-way merge of ``hook`` (made against ``src_tree``) onto ``new_tree``. Writes nothing."""
+    """Three-way merge of ``hook`` (the hook ``src_tree`` uses: its override, or a shared hook that applies to it
+    with offsets) onto ``new_tree``. Writes nothing."""
     fds = parse_patch(hook).files
     labels = (f"hooked v{src}", f"v{src}", f"v{new}")
     issues: list[HunkIssue] = []
@@ -173,6 +174,7 @@ def carry_hook(hook: Path, src: str, src_tree: Path, new: str, new_tree: Path, t
                 issues.append(HunkIssue(fd.path, None, h.header, f"file missing in torch {new}{hint}"))
             continue
         new_lines = cur.splitlines(keepends=True)
+        old_lines = split_lines(old.encode())
         file_issues = []
         for h in fd.hunks:
             one = apply_file_diff(old.encode(), FileDiff(fd.path, "modify", [h]), str(hook)).decode()
@@ -186,7 +188,9 @@ def carry_hook(hook: Path, src: str, src_tree: Path, new: str, new_tree: Path, t
                 first = next((i for i, (a, b) in enumerate(zip(got, new_lines)) if a != b), min(len(got), len(new_lines)))
                 lead = next((i for i, (a, b) in enumerate(zip(h.old, h.new)) if a != b), min(len(h.old), len(h.new)))
                 start = first - lead + 1  # where the carried hunk's first (context) line sits in the new base
-                moved.append(f"{fd.path}: hunk at line {h.old_start} (v{src}) -> line {start} (v{new}), offset {start - h.old_start:+d}")
+                at = find_hunk(old_lines, h, h.old_start - 1)  # a shared hook made on another base sits elsewhere in src
+                was = at + 1 if at is not None else h.old_start
+                moved.append(f"{fd.path}: hunk at line {was} (v{src}) -> line {start} (v{new}), offset {start - was:+d}")
                 continue
             for k, line in _conflict_lines(segs, new_lines):
                 file_issues.append(HunkIssue(fd.path, line, h.header, _reason(h, segs[k][3], new_lines, new), _conflict_text(segs, k, labels)))

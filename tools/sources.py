@@ -1,9 +1,10 @@
 """The hand-edited sources of the patch set: ``patchset.toml``, ``hooks/``, ``torch_overlay/``, ``test/``.
 
-``Sources`` says where they are (tests point it at a fake repo), ``validate_metadata`` holds ``patchset.toml`` to
-the header rules of ``tools.patchfile``, and ``sources_digest`` fingerprints what ``generate`` reads for one
-base, so that ``install``/``wheel`` can refuse a ``patches/`` that is older than its sources
-(``require_fresh_series``).
+``Sources`` says where they are (tests point it at a fake repo) and which hook file a patch uses on a base
+(``hook_diff``: the override ``hooks/<patch>/v<base>.diff`` if there is one, else the shared
+``hooks/<patch>/hook.diff``, made against ``hook_base``), ``validate_metadata`` holds ``patchset.toml`` to the
+header rules of ``tools.patchfile``, and ``sources_digest`` fingerprints what ``generate`` reads for one base, so
+that ``install``/``wheel`` can refuse a ``patches/`` that is older than its sources (``require_fresh_series``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,22 @@ import hashlib
 import re
 from pathlib import Path
 
-from tools.common import REPO_ROOT, Patchset, PatchMeta, PatchsetError, load_patchset
+from tools.common import REPO_ROOT, Patchset, PatchMeta, PatchsetError, load_patchset, version_key
 from tools.patchfile import CATEGORIES, DATE_RE, SUBJECT_PREFIX, UPSTREAM_STATUS_FORMS, UPSTREAM_STATUS_RE
 from tools.seriesfile import recorded_sources_digest
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 FIX_COMMAND = "python -m tools generate"
+SHARED_HOOK = "hook.diff"  # hooks/<patch>/hook.diff: the hook of every base without its own v<base>.diff
+OVERRIDE_RE = re.compile(r"^v(\d+\.\d+\.\d+)\.diff$")
+
+
+def hook_base(ps: Patchset, patch: PatchMeta) -> str:
+    """The base a patch's shared hook is made against (and must apply to as it is): ``[patchset] primary-base``
+    when the patch lists it, else the newest base the patch lists."""
+    if ps.primary_base in patch.bases or not patch.bases:
+        return ps.primary_base
+    return max(patch.bases, key=version_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +60,21 @@ class Sources:
         validate_metadata(ps, self.patchset_toml)
         return ps
 
-    def hook_diff(self, patch: PatchMeta, base: str) -> Path:
-        return patch.hook_diff(base, self.hooks_dir)
+    def shared_hook(self, patch: PatchMeta) -> Path:
+        """``hooks/<patch>/hook.diff``: used on every base that has no override."""
+        return self.hooks_dir / patch.name / SHARED_HOOK
+
+    def override_hook(self, patch: PatchMeta, base: str) -> Path:
+        """``hooks/<patch>/v<base>.diff``: the hook of ``base`` only, instead of the shared one."""
+        return self.hooks_dir / patch.name / f"v{base}.diff"
+
+    def hook_diff(self, patch: PatchMeta, base: str) -> Path | None:
+        """The hook ``generate`` applies for ``patch`` on ``base``: its override, else the shared hook, else None
+        (the patch only adds files there)."""
+        for f in (self.override_hook(patch, base), self.shared_hook(patch)):
+            if f.is_file():
+                return f
+        return None
 
     def overlay_file(self, path: str) -> Path:
         return self.overlay_dir / path
@@ -113,12 +137,15 @@ def validate_metadata(ps: Patchset, where: Path) -> None:
 
 
 def sources_digest(ps: Patchset, sources: Sources, base: str) -> str:
-    """sha256 over everything ``generate`` reads for ``base``: each patch's metadata, hook diff, overlay and
-    test files (a missing one counts as missing). Cheap: a handful of small files."""
+    """sha256 over everything ``generate`` reads for ``base``: each patch's metadata, the name and content of the
+    hook it uses there (override or shared), overlay and test files (a missing one counts as missing). So an edit
+    of the shared hook changes the digest of every base without an override, and adding or removing an override
+    changes its base's. Cheap: a handful of small files."""
     h = hashlib.sha256()
     for p in ps.series(base):
         h.update(repr(p).encode() + b"\0")
-        files = [sources.hook_diff(p, base)] + [sources.overlay_file(o) for o in p.overlay] + [sources.test_file(t) for t in p.tests]
+        hook = sources.hook_diff(p, base) or sources.override_hook(p, base)  # which file counts: its name is hashed
+        files = [hook] + [sources.overlay_file(o) for o in p.overlay] + [sources.test_file(t) for t in p.tests]
         for f in files:
             h.update(str(sources.rel(f)).encode() + b"\0")
             h.update(hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"missing")
@@ -163,20 +190,38 @@ def unclaimed_overlay_files(ps: Patchset, sources: Sources) -> list[Path]:
 
 
 def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
-    """Files under hooks/ that generate never reads (unknown patch, a base the patch does not list, stray file)."""
-    wanted = {sources.hook_diff(p, b) for p in ps.patches for b in p.bases}
-    names = {p.name for p in ps.patches}
+    """Files under hooks/ that generate never reads (unknown patch, a base the patch does not list, a shared hook
+    every base overrides, stray file)."""
+    by_name = {p.name: p for p in ps.patches}
+    wanted = {f for p in ps.patches for b in p.bases if (f := sources.hook_diff(p, b)) is not None}
     out = []
     if sources.hooks_dir.is_dir():
         for f in sorted(sources.hooks_dir.rglob("*")):
             if not f.is_file() or f in wanted:
                 continue
             rel = f.relative_to(sources.hooks_dir)
-            if rel.parts[0] not in names:
+            patch = by_name.get(rel.parts[0])
+            m = OVERRIDE_RE.fullmatch(f.name)
+            if patch is None:
                 why = f"no [[patch]] named {rel.parts[0]!r} in patchset.toml"
-            elif re.fullmatch(r"v\d+\.\d+\.\d+\.diff", f.name) and len(rel.parts) == 2:
-                why = f"patch {rel.parts[0]} does not list base {f.name[1:-5]} in patchset.toml"
+            elif m and len(rel.parts) == 2:
+                why = f"patch {rel.parts[0]} does not list base {m.group(1)} in patchset.toml"
+            elif f.name == SHARED_HOOK and len(rel.parts) == 2:
+                why = f"every base of {patch.name} has its own v<base>.diff override, so the shared hook is never used"
             else:
-                why = "not a hooks/<patch-name>/v<base>.diff file"
+                why = f"not a hooks/<patch-name>/{SHARED_HOOK} or hooks/<patch-name>/v<base>.diff file"
             out.append((f, why))
+    return out
+
+
+def shadowed_shared_hooks(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
+    """Overrides of the very base a shared hook is made against: the shared hook would then be made against a
+    base that never uses it. The change belongs in hook.diff (and overrides on the other bases where needed)."""
+    out = []
+    for p in ps.patches:
+        base = hook_base(ps, p)
+        shared, override = sources.shared_hook(p), sources.override_hook(p, base)
+        if shared.is_file() and override.is_file() and base in p.bases:
+            out.append((override, f"overrides {sources.rel(shared)} on {base}, the base the shared hook is made against; "
+                                  f"put this change in {SHARED_HOOK} (CONTRIBUTING.md) and keep overrides for other bases only"))
     return out

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny fake torch wheel, pristine bases built from it by ``tools.bases``, and a tiny
-fake patch-set repo (patchset.toml, hooks/, torch_overlay/, test/) whose series ``tools.generate`` generates.
+fake patch-set repo (patchset.toml, hooks/, torch_overlay/, test/) whose series ``tools.generate`` generates:
+one patch with a shared hook, one with an override per base, one without a hook.
 
 Nothing here downloads anything or needs torch; a whole fixture builds in well under a second.
 Fixture names are prefixed ``fake_`` so they do not collide with other test modules' own fixtures.
@@ -222,16 +223,23 @@ def fake_cache(tmp_path_factory) -> Path:
     return cache
 
 
+# alpha has one shared hook (hooks/inductor-alpha/hook.diff, made on the primary base 2.13.0; on 2.11.0 it applies
+# with an offset of one line); beta has an override per base and no shared hook; gamma has no hook at all
+SHARED_HOOK_PATCHES = ("inductor-alpha",)
+
+
 def _build_sources(root: Path, fp_cache: Path, scratch: Path) -> FakePatchset:
     root.mkdir()
     fp = FakePatchset(root, fp_cache)
     fp.set_toml(PATCHSET_TOML)
     for name, edits in HOOK_EDITS.items():
+        d = root / "hooks" / name
+        d.mkdir(parents=True, exist_ok=True)
+        if name in SHARED_HOOK_PATCHES:
+            (d / "hook.diff").write_text(make_hook_diff(fp.base_tree("2.13.0"), edits, scratch))
+            continue
         for base in fp.bases:
-            diff = make_hook_diff(fp.base_tree(base), edits, scratch)
-            d = root / "hooks" / name
-            d.mkdir(parents=True, exist_ok=True)
-            (d / f"v{base}.diff").write_text(diff)
+            (d / f"v{base}.diff").write_text(make_hook_diff(fp.base_tree(base), edits, scratch))
     for rel, text in {
         "torch_overlay/torch/_inductor/fx_passes/alpha.py": "def alpha_pass(gm):\n    return gm\n",
         "torch_overlay/torch/_inductor/fx_passes/beta.py": "def beta_pass(gm):\n    return gm\n",

@@ -28,7 +28,7 @@ def test_check_cli_exit_codes(fake_generated):
     cmd = [sys.executable, "-m", "tools", "check", "--repo-root", str(fake_generated.root)]
     r = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "[4/4] regenerate and compare" in r.stderr  # progress is shown
+    assert "[4/4] each hook alone on the pristine tree, then regenerate and compare" in r.stderr  # progress is shown
     p = fake_generated.patches_dir / "v2.13.0" / "inductor-gamma.patch"
     p.write_text(p.read_text().replace("GAMMA = 1", "GAMMA = 2"))
     r = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
@@ -122,7 +122,12 @@ def test_check_patch_that_only_applies_in_series(fake_patchset, tmp_path):
     (fp.root / "hooks/inductor-beta/v2.13.0.diff").write_text(git(scratch, "diff"))
     _generate(fp, selected=["2.13.0"])  # applies in series order
     probs, _ = _check(fp, selected=["2.13.0"])
-    assert [(pr.where, "does not apply alone" in pr.reason) for pr in probs] == [(str(fp.patches_dir / "v2.13.0" / "inductor-beta.patch"), True)]
+    assert [(pr.where, "does not apply alone" in pr.reason) for pr in probs] == [
+        (str(fp.patches_dir / "v2.13.0" / "inductor-beta.patch"), True),
+        (str(fp.root / "hooks/inductor-beta/v2.13.0.diff"), False),
+    ]
+    # the hook itself is named too, with the hunk that needs the other patch's line
+    assert "does not apply to pristine torch 2.13.0: torch/_inductor/config.py hunk #1 (@@ -6,7 +6,7 @@ option_4" in probs[1].reason
 
 
 def test_check_unclaimed_overlay_file(fake_generated):

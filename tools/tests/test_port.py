@@ -65,13 +65,32 @@ def test_clean_carry_writes_the_same_hooks_as_by_hand(fake_patchset, tmp_path):
     toml = fp.toml()
     res = port(NEW, fp.sources, fp.cache)
     st = {p.patch: p.status for p in res.patches}
-    assert st == {"inductor-alpha": "wrote", "inductor-beta": "wrote", "inductor-gamma": "no-hook"}
-    for name in ("inductor-alpha", "inductor-beta"):
-        assert _hook(fp, name).read_text() == _expected_hook(fp, name, tmp_path)
+    # alpha's shared hook applies to 2.14.0 as it is: no override; beta has only overrides: it gets one
+    assert st == {"inductor-alpha": "shared", "inductor-beta": "wrote", "inductor-gamma": "no-hook"}
+    assert not _hook(fp, "inductor-alpha").exists()
+    assert sorted(f.name for f in (fp.root / "hooks/inductor-alpha").iterdir()) == ["hook.diff"]
+    assert _hook(fp, "inductor-beta").read_text() == _expected_hook(fp, "inductor-beta", tmp_path)
     assert all(p.carry.source == "2.13.0" for p in res.patches if p.carry)
     assert res.needs_hand_work == [] and fp.toml() == toml  # no --write: toml untouched
     out = _report(fp, res)
     assert "offset +0" in out and f'add "{NEW}" to bases of [patchset], inductor-alpha, inductor-beta, inductor-gamma' in out and "python -m tools generate --base 2.14.0" in out
+    assert "inductor-alpha: carried from v2.13.0; the shared hooks/inductor-alpha/hook.diff applies as it is (offsets only) and gives the same; no override written" in out
+
+
+def test_shared_hook_that_does_not_apply_as_it_is_gets_an_override(fake_patchset, tmp_path):
+    def edit(files):  # upstream changed option_3: inside alpha's context (so hook.diff no longer applies), not next to its line
+        files["torch/_inductor/config.py"] = files["torch/_inductor/config.py"].replace("option_3 = 3", "option_3 = 33")
+
+    fp = _new_base(fake_patchset, tmp_path, edit)
+    res = port(NEW, fp.sources, fp.cache, write=True)
+    by = {p.patch: p for p in res.patches}
+    assert by["inductor-alpha"].status == "wrote" and by["inductor-alpha"].hook_file == _hook(fp, "inductor-alpha")
+    assert _hook(fp, "inductor-alpha").read_text() == _expected_hook(fp, "inductor-alpha", tmp_path)
+    assert any("hook.diff does not apply to torch 2.14.0 as it is" in n and "torch/_inductor/config.py:4" in n for n in by["inductor-alpha"].notes)
+    # the other bases keep using the shared hook; the new one uses its override
+    generate(fp.sources, None, fp.cache, warn=lambda m: None)
+    assert check(fp.sources, None, fp.cache) == []
+    assert "+alpha = False" in (fp.patches_dir / f"v{NEW}" / "inductor-alpha.patch").read_text()
 
 
 def test_moved_context_carries_with_offsets_and_write_makes_a_checked_base(fake_patchset, tmp_path):
@@ -81,8 +100,9 @@ def test_moved_context_carries_with_offsets_and_write_makes_a_checked_base(fake_
 
     fp = _new_base(fake_patchset, tmp_path, edit)
     res = port(NEW, fp.sources, fp.cache, write=True)
-    for name in ("inductor-alpha", "inductor-beta"):
-        assert _hook(fp, name).read_text() == _expected_hook(fp, name, tmp_path)
+    assert [p.status for p in res.patches] == ["shared", "wrote", "no-hook"]
+    assert not _hook(fp, "inductor-alpha").exists()  # the shared hook applies 10 lines further down
+    assert _hook(fp, "inductor-beta").read_text() == _expected_hook(fp, "inductor-beta", tmp_path)
     moved = [m for p in res.patches if p.carry for m in p.carry.moved]
     assert len(moved) == 3 and all(m.endswith("offset +10") for m in moved), moved
     assert 'torch/_inductor/config.py: hunk at line 4 (v2.13.0) -> line 14 (v2.14.0)' in moved[0]
@@ -137,7 +157,7 @@ def test_missing_file_is_reported_per_hunk(fake_patchset, tmp_path):
     fp = _new_base(fake_patchset, tmp_path, edit)
     res = port(NEW, fp.sources, fp.cache)
     by = {p.patch: p for p in res.patches}
-    assert by["inductor-alpha"].status == "wrote" and by["inductor-beta"].status == "conflict"
+    assert by["inductor-alpha"].status == "shared" and by["inductor-beta"].status == "conflict"
     (issue,) = by["inductor-beta"].carry.issues
     assert issue.file == "torch/_inductor/fx_passes/post_grad.py" and issue.line is None
     assert issue.reason == "file missing in torch 2.14.0"
@@ -148,14 +168,20 @@ def test_rerun_keeps_a_different_hook_unless_forced(fake_patchset, tmp_path):
     fp = _new_base(fake_patchset, tmp_path, lambda files: None)
     port(NEW, fp.sources, fp.cache)
     again = port(NEW, fp.sources, fp.cache)
-    assert {p.patch: p.status for p in again.patches}["inductor-alpha"] == "unchanged"
-    h = _hook(fp, "inductor-alpha")
+    assert {p.patch: p.status for p in again.patches} == {"inductor-alpha": "shared", "inductor-beta": "unchanged", "inductor-gamma": "no-hook"}
+    h = _hook(fp, "inductor-beta")
     carried = h.read_text()
-    h.write_text(carried.replace("alpha = False", "alpha = True"))  # finished by hand
-    kept = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"])
-    assert [p.status for p in kept.patches] == ["kept"] and "alpha = True" in h.read_text()
-    forced = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"], force=True)
+    h.write_text(carried.replace("beta = False", "beta = True"))  # finished by hand
+    kept = port(NEW, fp.sources, fp.cache, only=["inductor-beta"])
+    assert [p.status for p in kept.patches] == ["kept"] and "beta = True" in h.read_text()
+    forced = port(NEW, fp.sources, fp.cache, only=["inductor-beta"], force=True)
     assert [p.status for p in forced.patches] == ["wrote"] and h.read_text() == carried
+    # an override that a shared hook makes redundant is compared and kept, and the report says it can go
+    redundant = _hook(fp, "inductor-alpha")
+    redundant.write_text(_expected_hook(fp, "inductor-alpha", tmp_path))
+    (res,) = port(NEW, fp.sources, fp.cache, only=["inductor-alpha"]).patches
+    assert res.status == "unchanged" and any("can be deleted" in n for n in res.notes)
+    redundant.unlink()
     port(NEW, fp.sources, fp.cache, write=True)
     assert "already lists 2.14.0 in [patchset] and every patch here" in _report(fp, port(NEW, fp.sources, fp.cache))
 
