@@ -33,7 +33,6 @@ from torch.testing._internal.common_utils import (
 HAS_DIST = dist.is_available()
 
 if HAS_DIST:
-    import torch.distributed._functional_collectives as funcol
     from torch._inductor.decomposition import decompositions
     from torch._inductor.fx_passes.micro_pipeline_tp import (
         find_all_gather_patterns,
@@ -45,12 +44,6 @@ if HAS_DIST:
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    # all_gather_single / reduce_scatter_single are the current names; 2.11
-    # only has the older (same-signature) ones.
-    _all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-    _reduce_scatter = (
-        getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
-    )
 
 LOGGER = "torch._inductor.fx_passes.micro_pipeline_tp_reassembly"
 # Rejected by the structure checks in front of the range proof (upstream's own
@@ -59,6 +52,24 @@ STRUCTURAL = None
 FEATURE = "micro_pipeline_tp_slice_cat"
 
 aten = torch.ops.aten
+
+
+def _all_gather(x, gather_dim, group_name):
+    """What ``funcol.all_gather_single`` traces to, in the functional c10d ops:
+    ranks stacked on dim 0, then split and concatenated along ``gather_dim``."""
+    c10d = torch.ops._c10d_functional
+    ws = dist.get_world_size()
+    y = c10d.wait_tensor(c10d.all_gather_into_tensor(x, ws, group_name))
+    return y if gather_dim == 0 else torch.cat(torch.chunk(y, ws, 0), dim=gather_dim)
+
+
+def _reduce_scatter(x, reduce_op, scatter_dim, group_name):
+    """What ``funcol.reduce_scatter_single`` traces to, in the functional c10d ops."""
+    c10d = torch.ops._c10d_functional
+    ws = dist.get_world_size()
+    if scatter_dim != 0:
+        x = torch.cat(torch.chunk(x, ws, scatter_dim), dim=0)
+    return c10d.wait_tensor(c10d.reduce_scatter_tensor(x, reduce_op, ws, group_name))
 
 
 def _make_post_grad_fx(f, *inps, tracing_mode="fake", remove_noops=True):

@@ -41,22 +41,27 @@ except ImportError:  # pragma: no cover
 
 HAS_DIST = dist.is_available()
 if HAS_DIST:
-    import torch.distributed._functional_collectives as funcol
-    from torch._inductor.decomposition import decompositions
     from torch._inductor.fx_passes.micro_pipeline_tp import (
         find_all_gather_patterns,
         find_reduce_scatter_patterns,
     )
-    from torch._inductor.fx_passes.post_grad import remove_noop_ops, view_to_reshape
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    # all_gather_single / reduce_scatter_single are the current names; 2.11
-    # only has the older (same-signature) ones.
-    _all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-    _reduce_scatter = (
-        getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
-    )
+    # The collectives as funcol traces them, and make_fx + the post-grad
+    # clean-ups, are the patch's main test file's (one copy).
+    try:
+        from .test_micro_pipeline_tp_slice_cat import (
+            _all_gather,
+            _make_post_grad_fx,
+            _reduce_scatter,
+        )
+    except ImportError:
+        from test_micro_pipeline_tp_slice_cat import (  # type: ignore[no-redef]
+            _all_gather,
+            _make_post_grad_fx,
+            _reduce_scatter,
+        )
+
 
 HAS_MATCHER = HAS_DIST and HAS_HYPOTHESIS
 LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
@@ -64,16 +69,14 @@ EXAMPLES = 25 * (10 if LONG else 1)
 
 aten = torch.ops.aten
 
+
 # name -> slice bounds builder for chunk i of ws chunks of a dim of size n:
 # how the fuzzer perturbs the canonical [i * c, (i + 1) * c).
 PERTURBATIONS = ("canonical", "swap", "duplicate", "gap", "overlap", "step", "uneven")
 
 
 def _post_grad_fx(f, *inps):
-    gm = make_fx(f, decompositions, tracing_mode="fake")(*inps)
-    remove_noop_ops(gm.graph)
-    view_to_reshape(gm)
-    return gm
+    return _make_post_grad_fx(f, *inps)
 
 
 def _slices(n, ws, kind, count):
