@@ -112,9 +112,9 @@ def main():
                 micro_pipeline_tp_pass(traced.graph)
             traced.graph.lint()
             fused = any("symm_mem" in str(n.target) for n in traced.graph.nodes)
-            proven = counters["inductor"]["micro_pipeline_tp_slice_cat"]
+            through = counters["inductor"]["micro_pipeline_tp_slice_cat"]
             print(f"\n=== {kind}: {name}")
-            print(f"    proven: {bool(proven)}   fused: {fused}")
+            print(f"    fused: {fused}   fusions through slice/cat (counter): {through}")
             for line in reasons.lines:
                 if line.startswith("skipping"):
                     print(f"    reason: {line}")
