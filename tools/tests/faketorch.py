@@ -61,6 +61,18 @@ def make_site(root: Path, version: str = "2.13.0+cpu", py_version: str | None = 
     return site
 
 
+def tamper_wheel(whl: Path, dst: Path, members: tuple[str, ...]) -> Path:
+    """A copy of ``whl`` at ``dst`` whose ``members`` no longer match its RECORD."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(whl) as zi, zipfile.ZipFile(dst, "w") as zo:
+        for i in zi.infolist():
+            data = zi.read(i)
+            if i.filename in members:
+                data += b"# edit\n"
+            zo.writestr(i, data)
+    return dst
+
+
 def make_wheel(root: Path, version: str = "2.13.0+cpu", dir_entries: bool = False, py_version: str | None = None) -> Path:
     """A fake torch wheel. dir_entries: also store directory entries (as PyPI's CUDA wheels do)."""
     site = make_site(root / "wheelsrc", version, py_version)
