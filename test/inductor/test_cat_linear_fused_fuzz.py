@@ -370,6 +370,21 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
                 )
             )  # fmt: skip
 
+    # Found by this fuzzer on 2.11 (PATCHSET_FUZZ_LONG=1): a 3-D site with a
+    # dynamic leading dim; the rewrite computed the new nodes' fake values
+    # outside the graph's fake mode, where 2.11's matmul cannot take symbolic
+    # sizes ("Cannot call numel() on tensor with symbolic sizes/strides").
+    def test_cat_linear_fused_dynamic_3d_fake_values(self):
+        for force in ("view", "addmm"):
+            self.run_case(
+                Case(
+                    widths=(1, 1), lead=(2, 2), n=1, dtype=torch.float32, bias=False,
+                    producers=("input", "input"), inplace=None, inplace_part=0,
+                    other_user=None, user_part=0, dynamic=True, grad=False, force=force,
+                ),
+                backend=pre_grad_aot_eager,
+            )  # fmt: skip
+
     def test_cat_linear_fused_inplace_on_part_after_linear_cpu_rule(self):
         # the default decision (CPU rule) rewrites this site and fails the same way
         self.run_case(

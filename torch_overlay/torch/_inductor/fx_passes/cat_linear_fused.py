@@ -41,6 +41,7 @@ before this pass, and whatever it rewrote no longer matches here.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import operator
@@ -50,9 +51,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._dispatch.python import enable_python_dispatcher
 from torch._dynamo.utils import counters
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
 
 from .. import config
 from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
@@ -82,6 +86,20 @@ def _val(node: Any) -> Any:
         return None
     val = node.meta.get("example_value", node.meta.get("val"))
     return val if isinstance(val, torch.Tensor) else None
+
+
+def _fake_eval(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on the graph's fake values, as the graph's fake mode (and
+    the Python dispatcher, for composite ops on symbolic shapes) computes it."""
+    fake_mode = next(
+        (a.fake_mode for a in pytree.tree_leaves(args) if isinstance(a, FakeTensor)),
+        None,
+    )
+    with contextlib.ExitStack() as stack:
+        if fake_mode is not None:
+            stack.enter_context(fake_mode)
+        stack.enter_context(enable_python_dispatcher())
+        return fn(*args)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -382,7 +400,7 @@ class CatLinearMatch:
     def _call(self, graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
         node = graph.call_function(target, args)
         vals = [_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
-        node.meta["example_value"] = target(*vals)
+        node.meta["example_value"] = _fake_eval(target, *vals)
         if "stack_trace" in self.linear.meta:
             node.meta["stack_trace"] = self.linear.meta["stack_trace"]
         return node
@@ -416,8 +434,8 @@ class CatLinearMatch:
                 codes.append(PROLOGUES[fold[0]])
                 self._folded.append(part)
         node = graph.call_function(op, (pieces, self.weight, self.bias, codes))
-        node.meta["example_value"] = op(
-            [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes
+        node.meta["example_value"] = _fake_eval(
+            op, [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes
         )
         if "stack_trace" in self.linear.meta:
             node.meta["stack_trace"] = self.linear.meta["stack_trace"]
@@ -445,8 +463,8 @@ class CatLinearMatch:
                 size = size_node
             lead.append(size)
         out = graph.call_function(torch.unflatten, (acc, 0, tuple(lead)))
-        out.meta["example_value"] = torch.unflatten(
-            _val(acc), 0, tuple(_val(self.parts[0]).shape[:-1])
+        out.meta["example_value"] = _fake_eval(
+            torch.unflatten, _val(acc), 0, tuple(_val(self.parts[0]).shape[:-1])
         )
         return out
 
