@@ -120,6 +120,16 @@ if HAS_MATCHER:
         return ndim, kind, count, cat_dim, trim, reshape
 
 
+    # Fixed seed, no example database: CI runs the same cases every time.
+    FUZZ_SETTINGS = settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def _canonical_all_gather(y, ws, gather_dim):
     return torch.cat(torch.chunk(y, ws, 0), dim=gather_dim)
 
@@ -157,13 +167,7 @@ class MicroPipelineTPSliceCatFuzzTest(TestCase):
         group_name = self._init_pg(ws)
         stats = {"cases": 0, "claims": 0, "canonical": 0, "missed": 0}
 
-        @settings(
-            max_examples=EXAMPLES,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @FUZZ_SETTINGS
         @given(reassemblies(), st.sampled_from([0, 0, 1]))
         def check(case, source_dim):
             ndim, kind, count, cat_dim, trim, reshape = case
@@ -221,13 +225,7 @@ class MicroPipelineTPSliceCatFuzzTest(TestCase):
         group_name = self._init_pg(ws)
         stats = {"cases": 0, "claims": 0, "canonical": 0, "missed": 0}
 
-        @settings(
-            max_examples=EXAMPLES,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @FUZZ_SETTINGS
         @given(reassemblies(), st.integers(0, 2))
         def check(case, source_dim):
             ndim, kind, count, _, _, _ = case
