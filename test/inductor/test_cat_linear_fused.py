@@ -30,6 +30,7 @@ if HAS_PASS:
     from torch._inductor.fx_passes import (
         cat_linear_fused,
         cat_linear_fused_bench,
+        cat_linear_fused_cost,
         cat_linear_fused_gemm,
     )
 
@@ -518,6 +519,84 @@ class CatLinearFusedTest(TestCase):
             self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
         stub.assert_not_called()
         self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+
+    # ---- roofline screen -------------------------------------------------------
+
+    def test_cat_linear_fused_roofline_bound(self):
+        # An H100-like device: 989 dense bf16 TFLOPS, 3350 GB/s.
+        limits = cat_linear_fused_cost.DeviceLimits(tflops=989.0, dram_gbps=3350.0)
+
+        def bound(m, k, n, backward=False):
+            shape = cat_linear_fused_cost.SiteShape(m, k, n, itemsize=2, backward=backward)
+            return shape.speedup_bound(limits)
+
+        # 8192 x 4096 -> 4096: the GEMM is 275 GFLOP (278 us at peak), the cat
+        # 2 x 64 MiB of traffic (40 us): at best 1.14x.
+        self.assertAlmostEqual(bound(8192, 4096, 4096), (278.0 + 40.1) / 278.0, delta=0.01)
+        # 8192 x 128 -> 256 is bound by bytes: GEMM 6.3 MB, cat 4.2 MB.
+        self.assertAlmostEqual(bound(8192, 128, 256), 1 + 4.19 / 6.36, delta=0.01)
+        # The cat's share shrinks as N grows, and with the backward's two GEMMs.
+        self.assertGreater(bound(8192, 2048, 1024), bound(8192, 2048, 8192))
+        self.assertGreater(bound(8192, 2048, 1024), bound(8192, 2048, 1024, backward=True))
+        self.assertLess(bound(512, 4096, 8192), 1.1)
+
+    def _with_limits(self, tflops, dram_gbps):
+        limits = cat_linear_fused_cost.DeviceLimits(tflops=tflops, dram_gbps=dram_gbps)
+        return mock.patch.object(cat_linear_fused_cost, "device_limits", return_value=limits)
+
+    def test_cat_linear_fused_screen_declines_without_benchmark(self):
+        # With a slow enough tensor core every GEMM is compute-bound and the
+        # cat's traffic is noise: declined without running a benchmark.
+        stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 1.0})
+        args = make_inputs((64,), (32, 32), 64)
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), self._with_limits(
+            tflops=1e-6, dram_gbps=1000.0
+        ), self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(cat_linear, args, 0, force="bench")
+        stub.assert_not_called()
+        self.assertEqual(counters["inductor"]["cat_linear_fused_screened"], 1)
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+        self.assertIn("at best 1.000x faster (roofline)", "\n".join(cm.output))
+
+    def test_cat_linear_fused_screen_passes_to_benchmark(self):
+        # Bound by bytes, the same site could gain: the benchmark decides.
+        stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 2.0})
+        args = make_inputs((64,), (32, 32), 64)
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), self._with_limits(
+            tflops=1e6, dram_gbps=1000.0
+        ):
+            self.common(cat_linear, args, 1, force="bench")
+        stub.assert_called_once()
+        self.assertEqual(counters["inductor"]["cat_linear_fused_screened"], 0)
+
+    def test_cat_linear_fused_no_screen_without_device_figures(self):
+        # No figures for the device (CPU here): nothing is screened.
+        self.assertIsNone(cat_linear_fused_cost.device_limits(torch.device("cpu"), torch.float32))
+        stub = mock.Mock(return_value={"stock": 1.0, "view": 1.0, "addmm": 1.0})
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
+            self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
+        stub.assert_called_once()
+
+    # ---- pinned gemm config ----------------------------------------------------
+
+    @parametrize("widths,lead,prologues,expected", [
+        ((64, 128), (256,), (0, 0), "one_loop"),  # narrow whole K tiles
+        ((128, 128, 128), (4, 64), (1, 1, 1), "one_loop"),  # 3-D, one shared prologue
+        ((1024, 1024), (256,), (0, 0), "per_piece"),  # wide pieces
+        ((96, 160), (256,), (0, 0), "per_piece"),  # K tails: one loop cannot run
+        ((64, 64), (256,), (1, 0), "per_piece"),  # different prologues
+    ])  # fmt: skip
+    def test_cat_linear_fused_gemm_pick_config(self, widths, lead, prologues, expected):
+        mod = cat_linear_fused_gemm
+        parts = [torch.empty(*lead, k) for k in widths]
+        w = torch.empty(32, sum(widths))
+        want = {"one_loop": mod.ONE_LOOP_CONFIG, "per_piece": mod.PER_PIECE_CONFIG}[expected]
+        self.assertEqual(mod.pick_config(parts, w, list(prologues)), want)
+        # A transposed weight (K stride != 1) never takes the single loop.
+        self.assertEqual(
+            mod.pick_config(parts, torch.empty(sum(widths), 32).t(), list(prologues)),
+            mod.PER_PIECE_CONFIG,
+        )
 
     def test_cat_linear_fused_bad_force_value(self):
         with inductor_config.patch(cat_linear_fused_force="sometimes"):

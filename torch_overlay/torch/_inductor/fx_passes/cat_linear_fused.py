@@ -16,10 +16,14 @@ so this pass decides per site:
 
 * ``can_cat_linear_fused`` (safety): the shapes, dtypes and graph structure for
   which the rewrite is exact.  Cheap, no benchmarking.
-* ``should_cat_linear_fused`` (profitability): on CUDA a compile-time benchmark of
-  the candidate forms for the mode the site runs in (forward only, or forward and
-  backward), cached in a ``LocalCache`` keyed on shapes, strides, dtype and
-  ``requires_grad``; never under ``config.deterministic``.  On CPU a rule measured
+* ``should_cat_linear_fused`` (profitability): on CUDA first a roofline screen
+  (``cat_linear_fused_cost``): sites where even a cat that cost nothing could not
+  beat stock by the margin are declined at no cost.  The others get a
+  compile-time benchmark of the candidate forms for the mode the site runs in
+  (forward only, or forward and backward), with the ``"gemm"`` kernel config
+  pinned to the one the compiled code will run, cached in a ``LocalCache``
+  keyed on shapes, strides, dtype and ``requires_grad``; never under
+  ``config.deterministic``.  On CPU a rule measured
   with ``benchmarks/cat_linear_fused_cpu.py`` (``_should_on_cpu``).  ``config.cat_linear_fused_force``
   overrides the decision (tests, investigations).
 
@@ -321,6 +325,18 @@ class CatLinearMatch:
             folds.append(fold)
         return folds
 
+    def gemm_config(self) -> int:
+        """The ``"gemm"`` kernel config this site is pinned to: the one it is
+        benchmarked with and compiled with."""
+        from .cat_linear_fused_gemm import pick_config, PROLOGUES
+
+        codes = [0 if f is None else PROLOGUES[f[0]] for f in self.gemm_prologues()]
+        pieces = [
+            _val(part if f is None else f[1])
+            for part, f in zip(self.parts, self.gemm_prologues())
+        ]
+        return pick_config(pieces, _val(self.weight), codes)
+
     def bench_spec(self, forms: tuple[str, ...]) -> Any:
         """What the compile-time benchmark needs to know of this site, with
         concrete (hinted) sizes, as a ``cat_linear_fused_bench.BenchSpec``; None
@@ -343,6 +359,7 @@ class CatLinearMatch:
             b_val = _val(self.bias)
             bias = (int(b_val.shape[0]), bool(b_val.requires_grad))
         prologues = (0,) * len(self.parts)
+        gemm_config = -1
         if "gemm" in forms:
             from .cat_linear_fused_gemm import PROLOGUES
 
@@ -350,6 +367,7 @@ class CatLinearMatch:
                 0 if fold is None else PROLOGUES[fold[0]]
                 for fold in self.gemm_prologues()
             )
+            gemm_config = self.gemm_config()
         w_val = _val(self.weight)
         return BenchSpec(
             parts=parts,  # type: ignore[arg-type]
@@ -361,6 +379,7 @@ class CatLinearMatch:
             device=str(w_val.device),
             backward=self.needs_grad,
             forms=forms,
+            gemm_config=gemm_config,
         )
 
     def available_forms(self) -> tuple[str, ...]:
@@ -433,9 +452,10 @@ class CatLinearMatch:
                 pieces.append(fold[1])
                 codes.append(PROLOGUES[fold[0]])
                 self._folded.append(part)
-        node = graph.call_function(op, (pieces, self.weight, self.bias, codes))
+        cfg = self.gemm_config()
+        node = graph.call_function(op, (pieces, self.weight, self.bias, codes, cfg))
         node.meta["example_value"] = _fake_eval(
-            op, [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes
+            op, [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes, cfg
         )
         if "stack_trace" in self.linear.meta:
             node.meta["stack_trace"] = self.linear.meta["stack_trace"]
@@ -655,6 +675,17 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     if spec is None:
         _skip("no size hints for a benchmark at %s", match.linear)
         return None
+    bound = speedup_bound(spec)
+    if bound is not None and bound < config.cat_linear_fused_bench_margin:
+        counters["inductor"]["cat_linear_fused_screened"] += 1
+        _skip(
+            "without the cat the step is at best %.3fx faster (roofline), "
+            "below the %.2fx margin at %s",
+            bound,
+            config.cat_linear_fused_bench_margin,
+            match.linear,
+        )
+        return None
     form = bench.get_cached_form(spec)
     if form is None:
         times = bench.benchmark_forms(spec)
@@ -669,6 +700,20 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
         )
         return None
     return form
+
+
+def speedup_bound(spec: Any) -> float | None:
+    """Roofline best case of any form at the site ``spec`` describes
+    (``cat_linear_fused_cost``); None where the device has no figures."""
+    from . import cat_linear_fused_cost as cost
+
+    limits = cost.device_limits(torch.device(spec.device), spec.dtype)
+    if limits is None:
+        return None
+    shape = cost.site_shape(
+        [s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward
+    )
+    return shape.speedup_bound(limits)
 
 
 def benchmark_candidates(match: CatLinearMatch) -> tuple[str, ...]:
@@ -754,6 +799,7 @@ class CatLinearFusedPreGradPass(CustomGraphPass):
             for name in (
                 "cat_linear_fused.py",
                 "cat_linear_fused_bench.py",
+                "cat_linear_fused_cost.py",
                 "cat_linear_fused_gemm.py",
             )
         )

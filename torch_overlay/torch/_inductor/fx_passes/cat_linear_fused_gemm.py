@@ -72,11 +72,10 @@ if importlib.util.find_spec("triton") is not None:
     # with 128x128 tiles, or one loop per piece with 128x256 tiles.  Measured
     # (benchmarks/cat_linear_fused_kernel_gpu.py, eight tile configs per layout)
     # pieces of 64-128 were fastest with the first and pieces of 1024-4096 with
-    # the second.  Only configs that won somewhere are kept: with more, the
-    # autotuner has more ways to be wrong, and once, at 8192x(1024+1024)->1024
-    # with relu, a compiled run ran at the speed of two dropped configs (87 us)
-    # instead of the best (64 us).  Where a site does not allow one loop
-    # (``ONE_LOOP_OK``), every config runs per piece.
+    # the second.  Only configs that won somewhere are kept.  The pass pins one
+    # of them per site (``pick_config``): what it benchmarked is what the
+    # compiled code runs, and nothing is autotuned at compile time.  Unpinned
+    # calls (``config=-1``) autotune over all three.
     _CONFIGS = [
         triton.Config({"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": _BLOCK_K, "GROUP_M": 8,
                        "ONE_LOOP": one},
@@ -151,9 +150,8 @@ if importlib.util.find_spec("triton") is not None:
             w_ptrs += BLOCK_K
         return acc
 
-    @triton.autotune(configs=_CONFIGS, key=["M", "N", "K", "NUM_PARTS", "ONE_LOOP_OK"])
     @triton.jit
-    def cat_linear_kernel(
+    def _cat_linear_kernel(
         a0, a1, a2, a3,
         stride_a0m, stride_a0k, stride_a1m, stride_a1k,
         stride_a2m, stride_a2k, stride_a3m, stride_a3k,
@@ -205,6 +203,14 @@ if importlib.util.find_spec("triton") is not None:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
+    _KEY = ["M", "N", "K", "NUM_PARTS", "ONE_LOOP_OK"]
+    cat_linear_kernel = triton.autotune(configs=_CONFIGS, key=_KEY)(_cat_linear_kernel)
+    # One single-config kernel per config: a launch with one config runs it
+    # without autotuning, in eager and in Inductor's generated code alike.
+    _PINNED_KERNELS = [
+        triton.autotune(configs=[c], key=_KEY)(_cat_linear_kernel) for c in _CONFIGS
+    ]
+
 
 
 def _static_eq(value: Any, expected: int) -> bool:
@@ -237,6 +243,31 @@ def one_loop_ok(flat: list[torch.Tensor], weight: torch.Tensor, prologues: list[
     )  # fmt: skip
 
 
+# Indices into _CONFIGS, for pick_config.
+ONE_LOOP_CONFIG = 0
+PER_PIECE_CONFIG = 2
+# Widest piece for which the one-loop layout is picked: it won at 64-128, per
+# piece won at 1024 and above (kernel table in benchmarks/README.md).
+ONE_LOOP_MAX_WIDTH = 256
+
+
+def pick_config(parts: list[torch.Tensor], weight: torch.Tensor, prologues: list[int]) -> int:
+    """The config a site is pinned to (an index into the kernel's configs): one
+    loop for narrow pieces where it may run, else per-piece loops with 128x256
+    tiles.  ``parts`` may have leading dims; static facts only, as in
+    ``one_loop_ok``."""
+    flat_ok = (
+        len(set(prologues[: len(parts)])) == 1
+        and all(_static_eq(p.stride(-1), 1) and _static_eq(p.shape[-1] % _BLOCK_K, 0)
+                for p in parts)
+        and _static_eq(weight.stride(1), 1)
+    )  # fmt: skip
+    narrow = all(
+        isinstance(p.shape[-1], int) and p.shape[-1] <= ONE_LOOP_MAX_WIDTH for p in parts
+    )
+    return ONE_LOOP_CONFIG if flat_ok and narrow else PER_PIECE_CONFIG
+
+
 @functools.cache
 def get_op() -> Any:
     """Define the op on first use."""
@@ -248,6 +279,7 @@ def get_op() -> Any:
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         prologues: list[int],
+        config: int = -1,
     ) -> torch.Tensor:
         lead = parts[0].shape[:-1]
         flat = [p.reshape(-1, p.shape[-1]) for p in parts]
@@ -260,7 +292,8 @@ def get_op() -> Any:
                 triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),
             )
 
-        wrap_triton(cat_linear_kernel)[grid](
+        kernel = cat_linear_kernel if config < 0 else _PINNED_KERNELS[config]
+        wrap_triton(kernel)[grid](
             a[0], a[1], a[2], a[3],
             a[0].stride(0), a[0].stride(1), a[1].stride(0), a[1].stride(1),
             a[2].stride(0), a[2].stride(1), a[3].stride(0), a[3].stride(1),
@@ -279,7 +312,7 @@ def get_op() -> Any:
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    parts, weight, bias, prologues = inputs
+    parts, weight, bias, prologues, *_ = inputs
     ctx.prologues = list(prologues)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(*parts, weight)
@@ -307,4 +340,4 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         start += k
     grad_w = torch.cat(grad_w_pieces, 1) if ctx.needs_input_grad[1] else None
     grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return grad_parts, grad_w, grad_b, None
+    return grad_parts, grad_w, grad_b, None, None
