@@ -8,15 +8,22 @@ For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
 {input, relu} x {forward, forward+backward}) it compiles
 
   stock    F.linear(torch.cat(parts, -1), W)          cat_linear_fused off
+  stock_aa the same, compiled a second time           identical code: the A/A pair
   patched  the same function                          cat_linear_fused on (per-site decision)
-  floor    F.linear(x, W) on an already materialized x (the GEMM alone)
+  floor    F.linear(x, W) on an already materialized x (cuBLAS alone)
+  floor_gemm  the "gemm" form's kernel on column views of a materialized x
+           (forward only: the Triton kernel alone, at the config the site pins)
   view / addmm / gemm (with --forms): the pass forced into that form
 
-and times each with ``triton.testing.do_bench`` (median per call); the sweep is repeated
-``--reps`` times, interleaving variants, and medians are reported.  It also
-records the form the pass chose, peak memory of one step, first-call compile
-time, and what upstream 2.15's ``pre_grad_fusion_options["cat_linear"]`` gate
-rule would pick for the case.
+and times each by GPU device time (``device_time.kernel_time_us``: the profiler's
+kernel sum per step, host overhead excluded) and, as a second column, host-
+inclusive time (``triton.testing.do_bench``, median per call).  The sweep is
+repeated ``--reps`` times, interleaving variants; medians are reported with the
+spread of the repetitions, and stock_aa/stock shows what identical code
+measures as.  It also records the form the pass chose, whether the roofline
+screen declined the site, peak memory of one step, first-call compile time,
+and what upstream 2.15's ``pre_grad_fusion_options["cat_linear"]`` gate rule
+would pick for the case.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_gpu.py --out $OUT/x.json
 """
@@ -32,9 +39,13 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_time import kernel_time_us, spread  # noqa: E402
 
 
 SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
@@ -44,6 +55,13 @@ SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
     (8192, (2048, 2048), 4096),
     (16384, (4096, 4096), 4096),
     (512, (2048, 2048), 8192),
+    # Beyond the probe: the headroom cases (K tails, three unequal pieces into
+    # a wide N, wide pieces), four narrow pieces, and a mid-size site.
+    (8192, (96, 160), 1024),
+    (8192, (256, 512, 128), 4096),
+    (8192, (2048, 2048), 1024),
+    (4096, (64, 64, 64, 64), 512),
+    (2048, (512, 512), 2048),
 ]
 
 
@@ -59,6 +77,20 @@ def make_fn(producer):
 
 def floor_fn(W, x):
     return F.linear(x, W)
+
+
+def make_floor_gemm(Ks):
+    from torch._inductor.fx_passes.cat_linear_fused_gemm import get_op, pick_config
+
+    def f(W, x):
+        pieces, start = [], 0
+        for k in Ks:
+            pieces.append(x[..., start:start + k])
+            start += k
+        cfg = pick_config(pieces, W, [0] * len(Ks))
+        return get_op()(pieces, W, None, [0] * len(Ks), cfg)
+
+    return f
 
 
 def upstream_215_gate(M, Ks, N, dtype):
@@ -84,29 +116,37 @@ class _FormLog(logging.Handler):
         self.msgs.append(record.getMessage())
 
 
-def setup_case(M, Ks, N, producer, bwd, dtype, device):
+def setup_case(M, Ks, N, producer, bwd, dtype, device, rank=2):
     g = torch.Generator(device=device).manual_seed(0)
+    lead = (M,) if rank == 2 else (M // 128, 128)
     W = torch.randn(N, sum(Ks), device=device, dtype=dtype, generator=g) / math.sqrt(sum(Ks))
-    parts = [torch.randn(M, k, device=device, dtype=dtype, generator=g) for k in Ks]
-    x = torch.randn(M, sum(Ks), device=device, dtype=dtype, generator=g)
+    parts = [torch.randn(*lead, k, device=device, dtype=dtype, generator=g) for k in Ks]
+    x = torch.randn(*lead, sum(Ks), device=device, dtype=dtype, generator=g)
     for t in (W, *parts, x):
         t.requires_grad_(bwd)
-    gout = torch.randn(M, N, device=device, dtype=dtype, generator=g)
+    gout = torch.randn(*lead, N, device=device, dtype=dtype, generator=g)
     return W, parts, x, gout
 
 
-def compile_variant(variant, producer, device):
-    from torch._inductor import config as ic
+FLOORS = ("floor", "floor_gemm")
 
-    fn = floor_fn if variant == "floor" else make_fn(producer)
-    patches = {"cat_linear_fused": variant != "stock" and variant != "floor"}
+
+def compile_variant(variant, producer, device, Ks=None):
+    fn = {"floor": floor_fn, "floor_gemm": make_floor_gemm(Ks) if Ks else None}.get(variant)
+    fn = fn or make_fn(producer)
+    if variant == "stock_aa":
+        # A code object of its own: Dynamo compiles it anew instead of reusing
+        # stock's entry, so the pair also covers compile-time choices.
+        fn = types.FunctionType(fn.__code__.replace(co_name="f_aa"), fn.__globals__,
+                                "f_aa", fn.__defaults__, fn.__closure__)  # fmt: skip
+    patches = {"cat_linear_fused": variant not in ("stock", "stock_aa", *FLOORS)}
     if variant in ("view", "addmm", "gemm"):
         patches["cat_linear_fused_force"] = variant
     return torch.compile(fn, options=patches), patches
 
 
 def step_fn(cfn, variant, W, parts, x, gout, bwd):
-    args = (W, x) if variant == "floor" else (W, *parts)
+    args = (W, x) if variant in FLOORS else (W, *parts)
     if bwd:
         def run():
             cfn(*args).backward(gout)
@@ -127,12 +167,15 @@ def do_bench(fn, device):
     return benchmarker.benchmark_cpu(fn, warmup=3, rep=15) * 1000.0
 
 
-def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
+def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device, rank=2):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
-    W, parts, x, gout = setup_case(M, Ks, N, producer, bwd, dtype, device)
-    row = {"M": M, "Ks": list(Ks), "N": N, "producer": producer, "bwd": bwd,
+    W, parts, x, gout = setup_case(M, Ks, N, producer, bwd, dtype, device, rank)
+    if bwd or device != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        variants = [v for v in variants if v != "floor_gemm"]
+    row = {"M": M, "Ks": list(Ks), "N": N, "producer": producer, "bwd": bwd, "rank": rank,
+           "dtype": str(dtype).replace("torch.", ""),
            "upstream_2_15_rule": upstream_215_gate(M, Ks, N, dtype)}  # fmt: skip
     handler = _FormLog()
     lg = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
@@ -143,7 +186,7 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
         for v in variants:
             handler.msgs.clear()
             counters.clear()
-            cfn, _ = compile_variant(v, producer, device)
+            cfn, _ = compile_variant(v, producer, device, Ks)
             run = step_fn(cfn, v, W, parts, x, gout, bwd)
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -164,9 +207,11 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
                 rewrote = [m for m in handler.msgs if "rewrote" in m]
                 row["decision"] = rewrote[0].rsplit(" ", 1)[-1] if rewrote else "stock"
                 row["bench_runs"] = counters["inductor"]["cat_linear_fused_bench"]
+                row["screened"] = counters["inductor"]["cat_linear_fused_screened"]
                 row["pass_log"] = handler.msgs[-3:]
             runs[v] = run
         times = {v: [] for v in variants}
+        host = {v: [] for v in variants}
         # Forward+backward steps are host-bound: keep the garbage collector's
         # pauses out of the timed loops.
         gc.collect()
@@ -176,21 +221,36 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device):
                 do_bench(runs[v], device)
             for _ in range(reps):
                 for v in variants:
-                    times[v].append(do_bench(runs[v], device))
+                    if device == "cuda":
+                        times[v].append(kernel_time_us(runs[v]))
+                    host[v].append(do_bench(runs[v], device))
         finally:
             gc.enable()
+        if device != "cuda":  # no device clock: the host time is all there is
+            times = host
         for v in variants:
-            row[v] = round(statistics.median(times[v]), 1)
-            row[f"{v}_reps"] = [round(t, 1) for t in times[v]]
+            row[v] = round(statistics.median(times[v]), 2)
+            row[f"{v}_host"] = round(statistics.median(host[v]), 1)
+            row[f"{v}_spread"] = round(spread(times[v]), 3)
+            row[f"{v}_reps"] = [round(t, 2) for t in times[v]]
+            row[f"{v}_host_reps"] = [round(t, 1) for t in host[v]]
     finally:
         lg.removeHandler(handler)
     row["ratio"] = round(row["patched"] / row["stock"], 3)
+    row["ratio_host"] = round(row["patched_host"] / row["stock_host"], 3)
+    if "stock_aa" in row:
+        row["aa"] = round(row["stock_aa"] / row["stock"], 3)
+        row["aa_host"] = round(row["stock_aa_host"] / row["stock_host"], 3)
     row["stock_over_floor"] = round(row["stock"] / row["floor"], 3) if "floor" in row else None
     return row
 
 
 def summarize(rows):
     worst = max(r["ratio"] for r in rows)
+    fired = [r for r in rows if r.get("decision", "stock") != "stock"]
+    kept = [r for r in rows if r.get("decision", "stock") == "stock"]
+    aa = [abs(r["aa"] - 1) for r in rows if "aa" in r]
+    aa_host = [abs(r["aa_host"] - 1) for r in rows if "aa_host" in r]
     slow = [r for r in rows if r.get("stock_over_floor") and r["stock_over_floor"] >= 1.2]
     gm = (
         math.exp(sum(math.log(r["stock"] / r["patched"]) for r in slow) / len(slow))
@@ -198,6 +258,12 @@ def summarize(rows):
     )  # fmt: skip
     gm_all = math.exp(sum(math.log(r["stock"] / r["patched"]) for r in rows) / len(rows))
     return {"worst_patched_over_stock": worst,
+            "worst_patched_over_stock_where_fired": max((r["ratio"] for r in fired), default=None),
+            "worst_patched_over_stock_where_kept": max((r["ratio"] for r in kept), default=None),
+            "aa_noise_device_max": round(max(aa), 3) if aa else None,
+            "aa_noise_device_median": round(statistics.median(aa), 3) if aa else None,
+            "aa_noise_host_max": round(max(aa_host), 3) if aa_host else None,
+            "n_fired": len(fired),
             "geomean_speedup_where_stock_ge_1.2x_floor": round(gm, 3),
             "n_cases_stock_ge_1.2x_floor": len(slow),
             "geomean_speedup_all": round(gm_all, 3)}  # fmt: skip
@@ -212,6 +278,10 @@ def main(argv=None):
     ap.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--rank", type=int, default=2, choices=(2, 3),
+                    help="3: parts of shape (M/128, 128, k)")
+    ap.add_argument("--modes", default="fwd,bwd", help="fwd, bwd or both")
+    ap.add_argument("--producers", default="input,relu")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="cat_linear_bench_"))
@@ -223,13 +293,15 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     shapes = SHAPES if args.shapes is None else [SHAPES[int(i)] for i in args.shapes.split(",")]
     forms = [] if args.forms is None else (args.forms or ["view", "addmm", "gemm"])
-    variants = ["stock", "patched", "floor"] + forms
+    variants = ["stock", "stock_aa", "patched", "floor", "floor_gemm"] + forms
+    modes = [m == "bwd" for m in args.modes.split(",")]
     machine = (torch.cuda.get_device_name() if args.device == "cuda" else
                f"cpu x{os.cpu_count()}")  # fmt: skip
     print(torch.__version__, machine, flush=True)
     rows = []
-    for (M, Ks, N), producer, bwd in itertools.product(shapes, ["input", "relu"], [False, True]):
-        row = run_case(M, Ks, N, producer, bwd, variants, args.reps, dtype, args.device)
+    cases = itertools.product(shapes, args.producers.split(","), modes)
+    for (M, Ks, N), producer, bwd in cases:
+        row = run_case(M, Ks, N, producer, bwd, variants, args.reps, dtype, args.device, args.rank)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if not k.endswith("_reps")}), flush=True)
         if args.out:  # keep partial results if the run is cut short
