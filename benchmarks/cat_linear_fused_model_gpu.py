@@ -1,0 +1,324 @@
+"""Paired stock-vs-patched benchmark of cat_linear_fused on a whole model: what the
+pass costs at compile time, and what it gives per step.
+
+``FusionHead`` is a multimodal late-fusion head.  Text, image and audio embeddings
+(graph inputs; in training they need grad, as when the encoders are fine-tuned too)
+are projected (``gelu``), fused pairwise (``relu(linear(cat([a, b])))``), fed through
+a D2RL/DenseNet-style MLP trunk that concatenates the raw embeddings back in at every
+layer (``linear(cat([h, text, image, audio]))``), and read by two task heads on
+``cat([h, pairs...])``: 3 + 1 + depth + 2 = 12 ``F.linear(torch.cat(parts, -1), W, b)``
+sites, pieces 96 to 1024 wide, made by ``gelu``/``relu`` or taken from graph inputs.
+
+Each measurement is a fresh process (this script with ``--worker``) with empty
+TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.  It runs the step eagerly (fp32 and
+the benchmark's dtype: the references; CUDA/cuBLAS start-up), times the first call
+of ``torch.compile(model)`` (compile + first run) with ``config.cat_linear_fused``
+off (stock) or on (patched), checks the outputs and every gradient against fp32
+eager (no further from it than twice eager in the same dtype), then times the step:
+``device_time.kernel_time_us`` and ``host_time_us`` (CPU: host time only), median of
+``--rounds``.  Stock and patched alternate for ``--reps`` rounds per mode (forward
+under ``no_grad``, forward+backward); round 1 adds a second stock process (A/A: the
+noise of compile time itself).  No round is started that would end past ``--budget-s``.
+
+    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_model_gpu.py --out $OUT/model.json
+    python benchmarks/cat_linear_fused_model_gpu.py --device cpu --small --reps 1   # dry run
+"""
+
+import argparse
+import copy
+import gc
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from device_time import host_time_us, kernel_time_us, spread  # noqa: E402
+
+
+# name: (batch, text, image, audio, proj (text, image, audio), pair, trunk width, depth, heads)
+SIZES = {
+    "full": (8192, 768, 1024, 160, (256, 256, 96), 160, 512, 6, (256, 16)),
+    "small": (64, 256, 128, 64, (64, 64, 64), 64, 64, 6, (32, 4)),
+}
+# Per output and gradient, max |x - fp32 eager| / max |fp32 eager| of the compiled
+# step must be at most ERR_MULTIPLIER x eager's in the same dtype, + ERR_SLACK.
+ERR_MULTIPLIER, ERR_SLACK = 2.0, 1e-3
+PAIRS = [(0, 1), (0, 2), (1, 2)]  # which projected modalities are fused pairwise
+
+
+class FusionHead(nn.Module):
+    def __init__(self, d_text, d_image, d_audio, d_proj, d_pair, d, depth, heads):
+        super().__init__()
+        d_in = (d_text, d_image, d_audio)
+        self.proj = nn.ModuleList(nn.Linear(k, n) for k, n in zip(d_in, d_proj))
+        self.pair = nn.ModuleList(nn.Linear(d_proj[a] + d_proj[b], d_pair) for a, b in PAIRS)
+        self.entry = nn.Linear(3 * d_pair, d)
+        self.trunk = nn.ModuleList(nn.Linear(d + sum(d_in), d) for _ in range(depth))
+        self.norm = nn.ModuleList(nn.LayerNorm(d) for _ in range(depth + 1))
+        self.heads = nn.ModuleList(nn.Linear(d + 3 * d_pair, n) for n in heads)
+        self.n_sites = len(PAIRS) + 1 + depth + len(heads)
+
+    def forward(self, text, image, audio):
+        x_in = [text, image, audio]
+        z = [F.gelu(p(x)) for p, x in zip(self.proj, x_in)]
+        fused = [torch.relu(lin(torch.cat([z[a], z[b]], -1))) for lin, (a, b) in zip(self.pair, PAIRS)]
+        h = F.gelu(self.norm[0](self.entry(torch.cat(fused, -1))))
+        for lin, norm in zip(self.trunk, self.norm[1:]):
+            h = F.gelu(norm(lin(torch.cat([h, *x_in], -1))))
+        return tuple(head(torch.cat([h, *fused], -1)) for head in self.heads)
+
+
+
+def worker(args):
+    from torch._dynamo.utils import counters
+    from torch._inductor import config as ic
+
+    assert hasattr(ic, "cat_linear_fused"), "install the inductor-cat-linear-fused patch first"
+    cuda, train = args.device == "cuda", args.mode == "fwd+bwd"
+    dtype = getattr(torch, args.dtype)
+    B, d_text, d_image, d_audio, *rest = SIZES["small" if args.small else "full"]
+    B = args.batch or B
+    torch.manual_seed(0)
+    model = FusionHead(d_text, d_image, d_audio, *rest).to(args.device, dtype)
+    xs = [torch.randn(B, k, device=args.device) for k in (d_text, d_image, d_audio)]
+    gouts = [torch.randn(B, n, device=args.device) for n in rest[-1]]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def make_step(module, fn, dt):
+        ins = [x.detach().to(dt).requires_grad_(train) for x in xs]
+        gs = [g.to(dt) for g in gouts]
+        leaves = [*module.parameters(), *ins]
+
+        def step():
+            if not train:
+                with torch.no_grad():
+                    return [o.detach() for o in fn(*ins)]
+            for t in leaves:
+                t.grad = None
+            outs = fn(*ins)
+            torch.autograd.backward(outs, gs)
+            return [o.detach() for o in outs] + [t.grad for t in leaves]
+
+        return step
+
+    # References: fp32 eager, and eager in the benchmark's dtype (this also warms
+    # up CUDA and cuBLAS, so neither is in the compile time).
+    m32 = copy.deepcopy(model).float()
+    ref = [t.float() for t in make_step(m32, m32, torch.float32)()]
+    eager = make_step(model, model, dtype)()
+    ic.cat_linear_fused = args.variant == "patched"
+    counters.clear()
+    step = make_step(model, torch.compile(model), dtype)
+    sync()
+    t0 = time.perf_counter()
+    got = step()
+    sync()
+    compile_s = time.perf_counter() - t0
+
+    def rel_err(a, b):
+        return ((a.float() - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+
+    # As dynamo's accuracy check (``same(..., fp64_ref)``): the compiled result may be
+    # at most ERR_MULTIPLIER times as far from fp32 as eager in the same dtype is.
+    errs = [(rel_err(g, r), rel_err(e, r)) for g, e, r in zip(got, eager, ref)]
+    ok = all(ec <= ERR_MULTIPLIER * ee + ERR_SLACK for ec, ee in errs)
+
+    def cpu_host_us(fn, calls=10):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    kernel, host = [], []
+    gc.collect()
+    gc.disable()
+    for _ in range(args.rounds):
+        if cuda:
+            kernel.append(kernel_time_us(step))
+        host.append(host_time_us(step) if cuda else cpu_host_us(step))
+    gc.enable()
+    res = {
+        "mode": args.mode, "variant": args.variant, "compile_s": compile_s,
+        "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear_fused"],
+        "benchmarked": counters["inductor"]["cat_linear_fused_bench"],
+        "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
+        "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
+        "host_us": statistics.median(host), "host_us_rounds": host, "batch": B,
+        "torch": torch.__version__,
+        "machine": torch.cuda.get_device_name() if cuda else f"cpu x{os.cpu_count()}",
+    }  # fmt: skip
+    with open(args.result, "w") as f:
+        json.dump(res, f)
+
+
+
+def run_worker(args, mode, variant):
+    """One cold-cache measurement in a fresh process with empty cache directories."""
+    with tempfile.TemporaryDirectory(prefix="cat_linear_model_") as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(tmp, "triton"))  # fmt: skip
+        result = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode,
+               "--variant", "patched" if variant == "patched" else "stock", "--result", result,
+               "--device", args.device, "--dtype", args.dtype, "--rounds", str(args.rounds),
+               "--batch", str(args.batch)] + (["--small"] if args.small else [])  # fmt: skip
+        # Own process group, so that a timeout also ends its compile workers.
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)  # fmt: skip
+        try:
+            log = p.communicate(timeout=args.worker_timeout_s)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            return {"error": f"timed out after {args.worker_timeout_s} s"}
+        if p.returncode != 0 or not os.path.exists(result):
+            return {"error": f"exit {p.returncode}: " + log[-2000:]}
+        with open(result) as f:
+            return json.load(f)
+
+
+def med(runs, key):
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+def summarize(mode, runs):
+    s, p, aa = runs["stock"], runs["patched"], runs["stock_aa"]
+    cs, cp = med(s, "compile_s"), med(p, "compile_s")
+    sites = p[0]["sites"]
+    row = {
+        "mode": mode, "sites": sites, "reps": [len(s), len(p), len(aa)],
+        "rewritten": sorted({r["rewritten"] for r in p}),
+        "benchmarked": sorted({r["benchmarked"] for r in p}),
+        "compile_s_stock": cs, "compile_s_patched": cp,
+        "spread_stock": spread([r["compile_s"] for r in s]) if len(s) > 1 else None,
+        "spread_patched": spread([r["compile_s"] for r in p]) if len(p) > 1 else None,
+        "compile_patched_over_stock": ratio(cp, cs),
+        "compile_overhead_s": cp - cs, "compile_overhead_s_per_site": (cp - cs) / sites,
+        "compile_s_stock_aa": med(aa, "compile_s"), "aa_ratio": ratio(med(aa, "compile_s"), cs),
+        "max_err_eager": max(r["max_err_eager"] for r in s + p),
+        "max_err_stock": max(r["max_err"] for r in s),
+        "max_err_patched": max(r["max_err"] for r in p),
+        "ok": all(r["ok"] for r in s + p + aa),
+    }  # fmt: skip
+    for k in ("kernel_us", "host_us"):
+        row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
+        row[f"{k}_patched_over_stock"] = ratio(med(p, k), med(s, k))
+    return row
+
+
+def markdown(meta, rows):
+    def f(v, fmt="%.2f"):
+        return "-" if v is None else fmt % v
+
+    def pct(v):
+        return "" if v is None else f" ({100 * v:.0f}%)"
+
+    out = [
+        f"{meta['machine']}, torch {meta['torch']}, {meta['dtype']}, batch {meta['batch']}, "
+        f"{rows[0]['sites']} cat+linear sites. Compile: cold caches, one process each, median "
+        "(spread). Step: median over processes. Error: max |x - fp32| / max |fp32|.",
+        "",
+        "| mode | processes stock/patched/A-A | sites rewritten / benchmarked | compile s stock "
+        "| compile s patched | patched/stock | overhead s (per site) | A/A | device µs stock "
+        "| device µs patched | ratio | host µs stock | host µs patched | ratio "
+        "| error eager / stock / patched |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        cells = [
+            r["mode"], "/".join(map(str, r["reps"])),
+            f"{','.join(map(str, r['rewritten']))} / {','.join(map(str, r['benchmarked']))}",
+            f(r["compile_s_stock"]) + pct(r["spread_stock"]),
+            f(r["compile_s_patched"]) + pct(r["spread_patched"]),
+            f(r["compile_patched_over_stock"], "%.3f"),
+            f"{r['compile_overhead_s']:+.2f} ({r['compile_overhead_s_per_site']:+.2f})",
+            f(r["aa_ratio"], "%.3f"),
+            f(r["kernel_us_stock"], "%.1f"), f(r["kernel_us_patched"], "%.1f"),
+            f(r["kernel_us_patched_over_stock"], "%.3f"),
+            f(r["host_us_stock"], "%.1f"), f(r["host_us_patched"], "%.1f"),
+            f(r["host_us_patched_over_stock"], "%.3f"),
+            " / ".join(f(r[k], "%.1e") for k in ("max_err_eager", "max_err_stock", "max_err_patched"))
+            + ("" if r["ok"] else " FAIL"),
+        ]  # fmt: skip
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--reps", type=int, default=3, help="stock/patched processes per mode (at most)")
+    ap.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
+    ap.add_argument("--no-aa", dest="aa", action="store_false", help="skip the A/A stock process")
+    ap.add_argument("--rounds", type=int, default=3, help="device-time rounds per worker")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--small", action="store_true", help="small sizes (CPU dry run)")
+    ap.add_argument("--batch", type=int, default=0, help="rows (0: the size's default)")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="start no round that would end later")
+    ap.add_argument("--worker-timeout-s", type=float, default=180.0)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--variant", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    start = time.perf_counter()
+    runs = {m: {"stock": [], "patched": [], "stock_aa": []} for m in args.modes}
+    took = {}  # (mode, variant) -> wall seconds of its last worker
+    meta, failed = {}, []
+    for rep in range(args.reps):
+        plan = []
+        for mode in args.modes:
+            pair = ["stock", "patched"] if rep % 2 == 0 else ["patched", "stock"]
+            plan += [(mode, v) for v in pair + (["stock_aa"] if rep == 0 and args.aa else [])]
+        elapsed = time.perf_counter() - start
+        estimate = sum(took.get((m, v), 0.0) for m, v in plan)
+        if rep > 0 and elapsed + estimate > args.budget_s:
+            print(f"[{elapsed:6.1f}s] stopping before round {rep + 1}: it would take ~{estimate:.0f} s "
+                  f"more, past --budget-s {args.budget_s:.0f}", flush=True)  # fmt: skip
+            break
+        for mode, variant in plan:
+            t0 = time.perf_counter()
+            r = run_worker(args, mode, variant)
+            took[(mode, variant)] = time.perf_counter() - t0
+            tag = f"[{time.perf_counter() - start:6.1f}s] round {rep + 1} {mode:7s} {variant:8s}"
+            if "error" in r:
+                failed.append({"mode": mode, "variant": variant, "rep": rep, **r})
+                print(f"{tag} FAILED: {r['error']}", flush=True)
+                continue
+            meta = {k: r[k] for k in ("torch", "machine", "batch")}
+            runs[mode][variant].append(r)
+            kern = "-" if r["kernel_us"] is None else f"{r['kernel_us']:.1f}"
+            print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}/{r['sites']}  "
+                  f"benchmarked {r['benchmarked']}  device {kern} µs  host {r['host_us']:.1f} µs  "
+                  f"error {r['max_err']:.1e}{'' if r['ok'] else ' FAIL'}", flush=True)  # fmt: skip
+    rows = [summarize(m, runs[m]) for m in args.modes if runs[m]["stock"] and runs[m]["patched"]]
+    meta.update(dtype=args.dtype, small=args.small, wall_s=round(time.perf_counter() - start, 1))
+    print("\n" + (markdown(meta, rows) if rows else "no mode has both a stock and a patched run"),
+          flush=True)  # fmt: skip
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({**meta, "rows": rows, "runs": runs, "failed": failed}, f, indent=1)
+    return 1 if failed or not rows or not all(r["ok"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
