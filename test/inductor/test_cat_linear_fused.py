@@ -641,6 +641,18 @@ class CatLinearFusedTest(TestCase):
                 self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
+    def test_cat_linear_fused_cuda_roofline_limits_measured(self):
+        # Measured once per device and dtype, then served from the cache.
+        cost = cat_linear_fused_cost
+        cost._cuda_limits.cache_clear()
+        limits = cost.device_limits(torch.device("cuda"), torch.bfloat16)
+        self.assertGreater(limits.tflops, 1.0)
+        self.assertGreater(limits.dram_gbps, 10.0)
+        cost._cuda_limits.cache_clear()
+        with mock.patch.object(torch, "randn", side_effect=AssertionError("measured twice")):
+            self.assertEqual(cost.device_limits(torch.device("cuda"), torch.bfloat16), limits)
+
+    @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     def test_cat_linear_fused_cuda_no_benchmark_when_deterministic(self):
         args = make_inputs((256,), (64, 64), 128, dtype=torch.bfloat16, device="cuda")
         with inductor_config.patch(deterministic=True):

@@ -7,15 +7,18 @@ form is, the step cannot get faster than
 
     (cat + GEMMs) / GEMMs
 
-with the GEMMs at their roofline time (the larger of FLOPs at the tensor-core
-peak and bytes at DRAM bandwidth) and the cat at DRAM bandwidth.  Forward only
+with the GEMMs at their roofline time (the larger of FLOPs at the rate a large
+GEMM sustains and bytes at the bandwidth a large copy sustains) and the cat at
+that bandwidth.  Forward only
 there is one GEMM; forward+backward three (the input and weight gradients).
 Where that best case is below ``config.cat_linear_fused_bench_margin``, the site
 is declined without benchmarking: the large GEMMs, where the cat is a few
-percent of the step.  Both limits come from Inductor's device table
-(``get_device_tflops``, ``get_gpu_dram_gbps``); an overstated peak only makes
-the screen let more sites through to the benchmark, never decline one the
-benchmark would take.  Measured on an H100: benchmarks/README.md,
+percent of the step.  The two limits are measured on the device once (and
+cached), not read from a datasheet table: Inductor's tables and Triton's
+clock-based estimate differ from release to release, and on torch 2.11 the
+estimate put an H100 at under 1 TFLOPS, which declined every site.  A form's
+GEMM runs no faster than the library GEMM the limit was measured with, so the
+bound is optimistic for every form.  Measured on an H100: benchmarks/README.md,
 "cat_linear_fused".
 """
 
@@ -34,31 +37,62 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DeviceLimits:
-    tflops: float  # dense tensor-core (or SIMD) peak for the dtype
-    dram_gbps: float
+    tflops: float  # sustained GEMM rate for the dtype
+    dram_gbps: float  # sustained copy bandwidth (bytes read + written)
+
+
+# Sizes of the one-off measurement: a GEMM large enough to run at the tensor
+# cores' sustained rate and a copy large enough to stream from DRAM.
+_PROBE_MNK = 4096
+_PROBE_COPY_BYTES = 256 * 2**20
+
+
+def _cache_key(name: str, dtype: torch.dtype) -> str:
+    return f"cat_linear_fused_roofline|v1|{name}|{dtype}"
 
 
 @functools.cache
-def _cuda_limits(name: str, dtype: torch.dtype) -> DeviceLimits | None:
-    from torch._inductor.utils import get_device_tflops, get_gpu_dram_gbps
+def _cuda_limits(device: torch.device, name: str, dtype: torch.dtype) -> DeviceLimits | None:
+    from torch._inductor.runtime.benchmarking import benchmarker
+    from torch.utils._mode_utils import no_dispatch
 
+    from .cat_linear_fused_bench import get_cat_linear_cache
+
+    key = _cache_key(name, dtype)
+    cached = get_cat_linear_cache().lookup(key)
+    if cached is not None:
+        return DeviceLimits(*cached)  # type: ignore[misc]
     try:
-        limits = DeviceLimits(float(get_device_tflops(dtype)), float(get_gpu_dram_gbps()))
+        with no_dispatch(), torch.no_grad():
+            n = _PROBE_MNK
+            a = torch.randn(n, n, dtype=dtype, device=device)
+            b = torch.randn(n, n, dtype=dtype, device=device)
+            mm_ms = benchmarker.benchmark_gpu(lambda: a @ b, warmup=5, rep=20)
+            src = torch.empty(_PROBE_COPY_BYTES, dtype=torch.uint8, device=device)
+            dst = torch.empty_like(src)
+            copy_ms = benchmarker.benchmark_gpu(lambda: dst.copy_(src), warmup=5, rep=20)
+            del a, b, src, dst
     except Exception:
-        log.debug("no roofline limits for %s %s", name, dtype, exc_info=True)
+        log.debug("could not measure roofline limits of %s %s", name, dtype, exc_info=True)
         return None
-    if not (limits.tflops > 0 and limits.dram_gbps > 0):
-        return None
+    limits = DeviceLimits(
+        tflops=2.0 * n**3 / (mm_ms * 1e-3) / 1e12,
+        dram_gbps=2.0 * _PROBE_COPY_BYTES / (copy_ms * 1e-3) / 1e9,
+    )
+    log.debug("measured roofline limits of %s %s: %s", name, dtype, limits)
+    get_cat_linear_cache().set_value(key, value=[limits.tflops, limits.dram_gbps])
     return limits
 
 
 def device_limits(device: torch.device, dtype: torch.dtype) -> DeviceLimits | None:
-    """The device's peak and bandwidth, or None where Inductor has no figures
-    (then nothing is screened)."""
+    """The GEMM rate and copy bandwidth the device sustains, measured once per
+    device and dtype (a 4096^3 GEMM and a 256 MiB copy, about 0.1 s) and kept
+    in Inductor's ``LocalCache``; None off CUDA (nothing is screened there)."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    with torch.cuda.device(device):
-        return _cuda_limits(torch.cuda.get_device_name(device), dtype)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _cuda_limits(device, torch.cuda.get_device_name(device), dtype)
 
 
 @dataclass(frozen=True)
