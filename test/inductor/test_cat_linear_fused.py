@@ -540,6 +540,57 @@ class CatLinearFusedTest(TestCase):
         self.assertGreater(bound(8192, 2048, 1024), bound(8192, 2048, 1024, backward=True))
         self.assertLess(bound(512, 4096, 8192), 1.1)
 
+    @parametrize("widths,n,fused,prologues,backward,expected", [
+        ((64, 64), 256, (False, False), (0, 0), False, "gemm"),  # 1.66x best case
+        ((64, 64), 256, (True, True), (1, 1), False, "gemm"),  # relu folded
+        ((64, 64), 256, (True, True), (0, 0), False, "screen"),  # producers not folded
+        ((96, 160), 1024, (False, False), (0, 0), False, "bench"),  # K tails
+        ((64, 64), 256, (False, False), (0, 0), True, "bench"),  # forward+backward
+        ((2048, 2048), 4096, (False, False), (0, 0), False, "bench"),  # 1.11x at best
+        ((4096, 4096), 8192, (False, False), (0, 0), False, "screen"),  # 1.05x at best
+    ])  # fmt: skip
+    def test_cat_linear_fused_roofline_decision(self, widths, n, fused, prologues, backward, expected):
+        # An H100 as measured: ~650 TFLOPS sustained bf16 GEMM, ~2900 GB/s copy.
+        spec = cat_linear_fused_bench.BenchSpec(
+            parts=tuple(((8192, k), (k, 1), backward) for k in widths),
+            weight=((n, sum(widths)), (sum(widths), 1), backward),
+            bias=None, fused_producers=fused, prologues=prologues, dtype=torch.bfloat16,
+            device="cuda", backward=backward,
+            forms=("view", "addmm") if backward else ("view", "addmm", "gemm"),
+        )  # fmt: skip
+        with self._with_limits(tflops=650.0, dram_gbps=2900.0):
+            bound = cat_linear_fused.speedup_bound(spec)
+        self.assertEqual(cat_linear_fused.roofline_decision(spec, bound), expected)
+
+    def test_cat_linear_fused_no_benchmark_by_default(self):
+        # Between the margin and the gemm bound only a benchmark can tell, and
+        # that runs only under max_autotune (or force="bench").
+        stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 1.0})
+        with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), self._with_limits(
+            tflops=1e6, dram_gbps=1000.0
+        ), mock.patch.object(cat_linear_fused, "_should_on_cpu", side_effect=AssertionError):
+            with mock.patch.object(cat_linear_fused.CatLinearMatch, "device", torch.device("cuda")):
+                self.assertIsNone(self._decide(make_inputs((64,), (32, 32), 64)))
+                stub.assert_not_called()
+                with inductor_config.patch(max_autotune=True):
+                    self.assertEqual(self._decide(make_inputs((64,), (32, 32), 64)), "view")
+                stub.assert_called_once()
+
+    @staticmethod
+    def _decide(args):
+        """should_cat_linear_fused on the one site of ``cat_linear`` traced by
+        Dynamo (no rewrite, no compile)."""
+        gms = []
+
+        def backend(gm, example_inputs):
+            gms.append(gm)
+            return gm
+
+        torch._dynamo.reset()
+        torch.compile(cat_linear, backend=backend)(*args)
+        (match,) = cat_linear_fused.find_cat_linear_matches(gms[0].graph)
+        return cat_linear_fused.should_cat_linear_fused(match)
+
     def _with_limits(self, tflops, dram_gbps):
         limits = cat_linear_fused_cost.DeviceLimits(tflops=tflops, dram_gbps=dram_gbps)
         return mock.patch.object(cat_linear_fused_cost, "device_limits", return_value=limits)
@@ -636,7 +687,7 @@ class CatLinearFusedTest(TestCase):
                 # another M per subtest: a site of its own in the LocalCache
                 m = 256 + 64 * expected
                 args = make_inputs((m,), (64, 64), 128, dtype=dtype, device="cuda")
-                with inductor_config.patch(force_disable_caches=True):
+                with inductor_config.patch(force_disable_caches=True, max_autotune=True):
                     self.common(relu_cat_linear, args, expected)
                 self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 1)
 
@@ -656,7 +707,7 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_fused_cuda_no_benchmark_when_deterministic(self):
         args = make_inputs((256,), (64, 64), 128, dtype=torch.bfloat16, device="cuda")
         with inductor_config.patch(deterministic=True):
-            self.common(relu_cat_linear, args, 0)
+            self.common(relu_cat_linear, args, 0, force="bench")
         self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")

@@ -16,14 +16,16 @@ so this pass decides per site:
 
 * ``can_cat_linear_fused`` (safety): the shapes, dtypes and graph structure for
   which the rewrite is exact.  Cheap, no benchmarking.
-* ``should_cat_linear_fused`` (profitability): on CUDA first a roofline screen
-  (``cat_linear_fused_cost``): sites where even a cat that cost nothing could not
-  beat stock by the margin are declined at no cost.  The others get a
-  compile-time benchmark of the candidate forms for the mode the site runs in
-  (forward only, or forward and backward), with the ``"gemm"`` kernel config
-  pinned to the one the compiled code will run, cached in a ``LocalCache``
-  keyed on shapes, strides, dtype and ``requires_grad``; never under
-  ``config.deterministic``.  On CPU a rule measured
+* ``should_cat_linear_fused`` (profitability): on CUDA a roofline bound first
+  (``cat_linear_fused_cost``: the step without the cat's traffic).  Below the
+  margin the site is declined; at ``GEMM_WITHOUT_BENCHMARK_BOUND`` and above, a
+  forward site of whole K tiles takes the ``"gemm"`` form; neither costs a
+  benchmark.  What lies between is left to a compile-time benchmark, only under
+  ``max_autotune`` (it compiles a kernel per site): the candidate forms for the
+  mode the site runs in (forward only, or forward and backward), the ``"gemm"``
+  kernel config pinned to the one the compiled code will run, cached in a
+  ``LocalCache`` keyed on shapes, strides, dtype and ``requires_grad``; never
+  under ``config.deterministic``.  On CPU a rule measured
   with ``benchmarks/cat_linear_fused_cpu.py`` (``_should_on_cpu``).  ``config.cat_linear_fused_force``
   overrides the decision (tests, investigations).
 
@@ -665,18 +667,45 @@ def _should_on_cpu(match: CatLinearMatch) -> str | None:
     return "view"
 
 
+# Roofline best case from which a forward site whose pieces are whole K tiles
+# is taken in the "gemm" form without a benchmark.  The form's Triton GEMM ran
+# 1.10-1.28x slower than cuBLAS on a ready input at such sites on an H100
+# (floor_gemm against floor, benchmarks/README.md), so a best case of 1.3x
+# leaves it ahead of stock; below it the call is the benchmark's, which costs
+# a kernel compile per site and runs only under max_autotune.
+GEMM_WITHOUT_BENCHMARK_BOUND = 1.3
+
+
+def roofline_decision(spec: Any, bound: float | None) -> str:
+    """What the roofline alone says of a site: ``"screen"`` (no form can beat
+    stock by the margin), ``"gemm"`` (take the gemm form, no benchmark needed)
+    or ``"bench"`` (only a benchmark can tell)."""
+    from .cat_linear_fused_gemm import whole_k_tiles
+
+    if bound is None:
+        return "bench"
+    if bound < config.cat_linear_fused_bench_margin:
+        return "screen"
+    if (
+        "gemm" in spec.forms
+        and not spec.backward
+        and bound >= GEMM_WITHOUT_BENCHMARK_BOUND
+        and whole_k_tiles([s[-1] for s, _, _ in spec.parts])
+    ):
+        return "gemm"
+    return "bench"
+
+
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     from . import cat_linear_fused_bench as bench
 
-    if config.deterministic:
-        _skip("no benchmarking under config.deterministic at %s", match.linear)
-        return None
     spec = match.bench_spec(benchmark_candidates(match))
     if spec is None:
-        _skip("no size hints for a benchmark at %s", match.linear)
+        _skip("no size hints for a decision at %s", match.linear)
         return None
     bound = speedup_bound(spec)
-    if bound is not None and bound < config.cat_linear_fused_bench_margin:
+    verdict = roofline_decision(spec, bound)
+    if verdict == "screen":
         counters["inductor"]["cat_linear_fused_screened"] += 1
         _skip(
             "without the cat the step is at best %.3fx faster (roofline), "
@@ -685,6 +714,21 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
             config.cat_linear_fused_bench_margin,
             match.linear,
         )
+        return None
+    benchmark = config.cat_linear_fused_force == "bench" or config.max_autotune
+    if verdict == "gemm" and not benchmark:
+        counters["inductor"]["cat_linear_fused_roofline"] += 1
+        return "gemm"
+    if not benchmark:
+        _skip(
+            "roofline best case %s is not clear of stock; only a benchmark "
+            "(max_autotune) could take it at %s",
+            "unknown" if bound is None else f"{bound:.3f}x",
+            match.linear,
+        )
+        return None
+    if config.deterministic:
+        _skip("no benchmarking under config.deterministic at %s", match.linear)
         return None
     form = bench.get_cached_form(spec)
     if form is None:
@@ -710,8 +754,14 @@ def speedup_bound(spec: Any) -> float | None:
     limits = cost.device_limits(torch.device(spec.device), spec.dtype)
     if limits is None:
         return None
+    # Forward only, a piece made by a pointwise op saves nothing unless the
+    # form folds the op (stock writes it straight into the cat buffer).
+    saved = [
+        spec.backward or not fused or bool(pro)
+        for fused, pro in zip(spec.fused_producers, spec.prologues)
+    ]
     shape = cost.site_shape(
-        [s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward
+        [s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward, saved
     )
     return shape.speedup_bound(limits)
 

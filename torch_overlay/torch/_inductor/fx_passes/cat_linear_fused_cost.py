@@ -104,6 +104,10 @@ class SiteShape:
     n: int  # output features
     itemsize: int
     backward: bool
+    # Summed width of the pieces whose trip through a cat buffer a form saves:
+    # all of them, less pieces whose pointwise producer would need a kernel of
+    # its own without the cat (stock fuses it into the cat's kernel).
+    saved_k: int | None = None
 
     def gemm_us(self, limits: DeviceLimits) -> float:
         flops = 2.0 * self.m * self.n * self.k
@@ -111,7 +115,8 @@ class SiteShape:
         return max(flops / (limits.tflops * 1e6), nbytes / (limits.dram_gbps * 1e3))
 
     def cat_us(self, limits: DeviceLimits) -> float:
-        return 2.0 * self.m * self.k * self.itemsize / (limits.dram_gbps * 1e3)
+        k = self.k if self.saved_k is None else self.saved_k
+        return 2.0 * self.m * k * self.itemsize / (limits.dram_gbps * 1e3)
 
     def speedup_bound(self, limits: DeviceLimits) -> float:
         """Best case of any per-piece form: the step without the cat's traffic."""
@@ -120,13 +125,19 @@ class SiteShape:
 
 
 def site_shape(
-    part_shapes: list[tuple[int, ...]], n: int, dtype: torch.dtype, backward: bool
+    part_shapes: list[tuple[int, ...]],
+    n: int,
+    dtype: torch.dtype,
+    backward: bool,
+    saved: list[bool] | None = None,
 ) -> SiteShape:
     lead = part_shapes[0][:-1]
+    widths = [s[-1] for s in part_shapes]
     return SiteShape(
         m=math.prod(lead),
-        k=sum(s[-1] for s in part_shapes),
+        k=sum(widths),
         n=n,
         itemsize=torch.empty((), dtype=dtype).element_size(),
         backward=backward,
+        saved_k=None if saved is None else sum(w for w, keep in zip(widths, saved) if keep),
     )

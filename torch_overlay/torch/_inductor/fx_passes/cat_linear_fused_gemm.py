@@ -217,6 +217,11 @@ def _static_eq(value: Any, expected: int) -> bool:
     return isinstance(value, int) and value == expected
 
 
+def whole_k_tiles(widths: list[Any]) -> bool:
+    """Every piece is a whole number of the kernel's K tiles (no masked tail)."""
+    return all(_static_eq(w % _BLOCK_K, 0) for w in widths)
+
+
 def kernel_slots(
     flat: list[torch.Tensor], prologues: list[int]
 ) -> tuple[list[torch.Tensor], list[Any], list[int]]:
