@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -33,6 +34,27 @@ namespace {
 // ISA selection: best supported at run time, or forced by DA8W4_ISA for testing.
 // ---------------------------------------------------------------------------
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
+
+// Error messages format numbers and shapes with snprintf, never through
+// std::ostream.  In torch's CUDA wheels several shared objects (libtorch*.so,
+// libcufile.so) export their own copies of libstdc++ symbols, and an
+// extension's ostream integer formatting bound across those copies crashes the
+// process (SIGSEGV) instead of raising: seen on the AMX host with torch
+// 2.11.0+cu130, gone with the system libstdc++ preloaded (benchmarks/README.md,
+// "da8w4 kernel").  Strings and dtype names stream safely.
+std::string num(int64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+  return buf;
+}
+
+std::string shape(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out += (i ? ", " : "") + num(sizes[i]);
+  }
+  return out + "]";
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -183,7 +205,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> da8w4_linear_prepack_
       "da8w4_linear_prepack_cpu: expected a 2-D uint8 weight [N, K], got ",
       weight.scalar_type(),
       " of shape ",
-      weight.sizes());
+      shape(weight.sizes()));
   const int64_t N = weight.size(0);
   const int64_t K = weight.size(1);
   at::Tensor s = scales.dim() == 1 ? scales.unsqueeze(-1) : scales;
@@ -191,36 +213,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> da8w4_linear_prepack_
   TORCH_CHECK(
       s.dim() == 2 && s.size(0) == N && s.size(1) >= 1,
       "da8w4_linear_prepack_cpu: expected scales [N, G] (or [N]) with N=",
-      N,
+      num(N),
       ", got ",
-      scales.sizes());
+      shape(scales.sizes()));
   TORCH_CHECK(
       z.sizes() == s.sizes(),
       "da8w4_linear_prepack_cpu: qzeros must have the shape of scales ",
-      scales.sizes(),
+      shape(scales.sizes()),
       ", got ",
-      qzeros.sizes());
+      shape(qzeros.sizes()));
   const int64_t G = s.size(1);
   TORCH_CHECK(
-      N % kBlockN == 0, "da8w4_linear_prepack_cpu: N=", N, " must be a multiple of ", kBlockN);
+      N % kBlockN == 0,
+      "da8w4_linear_prepack_cpu: N=",
+      num(N),
+      " must be a multiple of ",
+      num(kBlockN));
   TORCH_CHECK(
       K > 0 && K % G == 0,
       "da8w4_linear_prepack_cpu: K=",
-      K,
+      num(K),
       " must be a positive multiple of the number of groups G=",
-      G);
+      num(G));
   const int64_t group_size = K / G;
   const int64_t BK = std::min<int64_t>(group_size, 128);
   TORCH_CHECK(
       group_size % BK == 0,
       "da8w4_linear_prepack_cpu: group_size=",
-      group_size,
+      num(group_size),
       " must be a multiple of the k block ",
-      BK);
+      num(BK));
   TORCH_CHECK(
       BK % 4 == 0,
       "da8w4_linear_prepack_cpu: group_size=",
-      group_size,
+      num(group_size),
       " must be a multiple of 4 for this kernel's packed layout");
   at::Tensor w = weight.contiguous();
   if (w.numel() > 0) {
@@ -289,9 +315,9 @@ void check_shape(const at::Tensor& t, at::IntArrayRef expected, const char* name
       "da8w4_linear_cpu: expected ",
       name,
       " of shape ",
-      expected,
+      shape(expected),
       ", got ",
-      t.sizes());
+      shape(t.sizes()));
 }
 
 void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name) {
@@ -468,13 +494,13 @@ at::Tensor da8w4_linear_cpu(
       "da8w4_linear_cpu: expected a prepacked uint8 weight [Nc, Kc, BK, 16], got ",
       weight.scalar_type(),
       " of shape ",
-      weight.sizes());
+      shape(weight.sizes()));
   TORCH_CHECK(
       weight.size(3) * 2 == kBlockN,
       "da8w4_linear_cpu: weight.size(3) * 2 must be the block size ",
-      kBlockN,
+      num(kBlockN),
       ", got weight of shape ",
-      weight.sizes());
+      shape(weight.sizes()));
   const bool symmetric = input.scalar_type() == at::kChar;
   const int64_t Nc = weight.size(0);
   const int64_t Kc = weight.size(1);
@@ -484,49 +510,49 @@ at::Tensor da8w4_linear_cpu(
   TORCH_CHECK(
       BK > 0 && BK % 4 == 0,
       "da8w4_linear_cpu: the k block weight.size(2)=",
-      BK,
+      num(BK),
       " must be a positive multiple of 4 (weights from da8w4_linear_prepack_cpu)");
   TORCH_CHECK(
       input.size(-1) == K,
       "da8w4_linear_cpu: input.size(-1)=",
-      input.size(-1),
+      num(input.size(-1)),
       " does not match the weight's K=",
-      K,
+      num(K),
       " (Kc=",
-      Kc,
+      num(Kc),
       " * BK=",
-      BK,
+      num(BK),
       ")");
   const int64_t M = c10::multiply_integers(input.sizes().begin(), input.sizes().end() - 1);
   TORCH_CHECK(
       input_scales.numel() == M,
       "da8w4_linear_cpu: input_scales must have one scale per row (",
-      M,
+      num(M),
       "), got ",
-      input_scales.numel());
+      num(input_scales.numel()));
   TORCH_CHECK(
       input_qzeros.sizes() == input_scales.sizes(),
       "da8w4_linear_cpu: input_qzeros must have the shape of input_scales ",
-      input_scales.sizes(),
+      shape(input_scales.sizes()),
       ", got ",
-      input_qzeros.sizes());
+      shape(input_qzeros.sizes()));
   check_dtype(input_scales, at::kFloat, "input_scales");
   TORCH_CHECK(
       weight_scales.dim() == 3 && weight_scales.size(0) == Nc &&
           weight_scales.size(2) == kBlockN && weight_scales.size(1) >= 1,
       "da8w4_linear_cpu: expected weight_scales of shape [",
-      Nc,
+      num(Nc),
       ", G, ",
-      kBlockN,
+      num(kBlockN),
       "], got ",
-      weight_scales.sizes());
+      shape(weight_scales.sizes()));
   const int64_t G = weight_scales.size(1);
   TORCH_CHECK(
       Kc % G == 0,
       "da8w4_linear_cpu: the number of k blocks Kc=",
-      Kc,
+      num(Kc),
       " must be a multiple of the number of groups G=",
-      G);
+      num(G));
   check_dtype(weight_scales, at::kFloat, "weight_scales");
   check_shape(weight_qzeros, weight_scales.sizes(), "weight_qzeros");
   check_dtype(weight_qzeros, at::kChar, "weight_qzeros");
@@ -539,9 +565,9 @@ at::Tensor da8w4_linear_cpu(
     TORCH_CHECK(
         bias->dim() == 1 && bias->size(0) == N,
         "da8w4_linear_cpu: expected bias of shape [",
-        N,
+        num(N),
         "], got ",
-        bias->sizes());
+        shape(bias->sizes()));
     check_dtype(*bias, at::kFloat, "bias");
   }
   for (const at::Tensor* t : {&input_scales, &input_qzeros, &weight, &weight_scales, &weight_qzeros}) {
