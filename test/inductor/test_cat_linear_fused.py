@@ -513,11 +513,14 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_fused_no_benchmark_when_deterministic(self):
         stub = mock.Mock(return_value={"stock": 9.0, "view": 1.0, "addmm": 1.0})
+        # Nothing timed decides: neither the benchmark nor the roofline's limits.
+        limits = mock.Mock(side_effect=AssertionError("limits measured"))
         with mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub), inductor_config.patch(
             deterministic=True
-        ):
+        ), mock.patch.object(cat_linear_fused_cost, "device_limits", limits):
             self.common(cat_linear, make_inputs((8,), (8, 8), 16), 0, force="bench")
         stub.assert_not_called()
+        limits.assert_not_called()
         self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
 
     # ---- roofline screen -------------------------------------------------------

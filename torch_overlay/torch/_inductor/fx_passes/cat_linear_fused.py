@@ -24,8 +24,8 @@ so this pass decides per site:
   ``max_autotune`` (it compiles a kernel per site): the candidate forms for the
   mode the site runs in (forward only, or forward and backward), the ``"gemm"``
   kernel config pinned to the one the compiled code will run, cached in a
-  ``LocalCache`` keyed on shapes, strides, dtype and ``requires_grad``; never
-  under ``config.deterministic``.  On CPU a rule measured
+  ``LocalCache`` keyed on shapes, strides, dtype and ``requires_grad``.  Under
+  ``config.deterministic`` nothing measured decides, so CUDA sites keep stock.  On CPU a rule measured
   with ``benchmarks/cat_linear_fused_cpu.py`` (``_should_on_cpu``).  ``config.cat_linear_fused_force``
   overrides the decision (tests, investigations).
 
@@ -699,6 +699,10 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     from . import cat_linear_fused_bench as bench
 
+    if config.deterministic:
+        # The roofline's limits are measured too: nothing timed decides here.
+        _skip("no measurement under config.deterministic at %s", match.linear)
+        return None
     spec = match.bench_spec(benchmark_candidates(match))
     if spec is None:
         _skip("no size hints for a decision at %s", match.linear)
@@ -726,9 +730,6 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
             "unknown" if bound is None else f"{bound:.3f}x",
             match.linear,
         )
-        return None
-    if config.deterministic:
-        _skip("no benchmarking under config.deterministic at %s", match.linear)
         return None
     form = bench.get_cached_form(spec)
     if form is None:
