@@ -327,16 +327,13 @@ class CatLinearMatch:
             folds.append(fold)
         return folds
 
-    def gemm_config(self) -> int:
-        """The ``"gemm"`` kernel config this site is pinned to: the one it is
-        benchmarked with and compiled with."""
+    def gemm_config(self, folds: list[tuple[str, torch.fx.Node] | None]) -> int:
+        """The ``"gemm"`` kernel config this site is pinned to (the one it is
+        benchmarked with and compiled with), given its ``gemm_prologues()``."""
         from .cat_linear_fused_gemm import pick_config, PROLOGUES
 
-        codes = [0 if f is None else PROLOGUES[f[0]] for f in self.gemm_prologues()]
-        pieces = [
-            _val(part if f is None else f[1])
-            for part, f in zip(self.parts, self.gemm_prologues())
-        ]
+        codes = [0 if f is None else PROLOGUES[f[0]] for f in folds]
+        pieces = [_val(part if f is None else f[1]) for part, f in zip(self.parts, folds)]
         return pick_config(pieces, _val(self.weight), codes)
 
     def bench_spec(self, forms: tuple[str, ...]) -> Any:
@@ -365,11 +362,9 @@ class CatLinearMatch:
         if "gemm" in forms:
             from .cat_linear_fused_gemm import PROLOGUES
 
-            prologues = tuple(
-                0 if fold is None else PROLOGUES[fold[0]]
-                for fold in self.gemm_prologues()
-            )
-            gemm_config = self.gemm_config()
+            folds = self.gemm_prologues()
+            prologues = tuple(0 if fold is None else PROLOGUES[fold[0]] for fold in folds)
+            gemm_config = self.gemm_config(folds)
         w_val = _val(self.weight)
         return BenchSpec(
             parts=parts,  # type: ignore[arg-type]
@@ -446,7 +441,8 @@ class CatLinearMatch:
 
         op = get_op()
         pieces, codes = [], []
-        for part, fold in zip(self.parts, self.gemm_prologues()):
+        folds = self.gemm_prologues()
+        for part, fold in zip(self.parts, folds):
             if fold is None:
                 pieces.append(part)
                 codes.append(0)
@@ -454,7 +450,7 @@ class CatLinearMatch:
                 pieces.append(fold[1])
                 codes.append(PROLOGUES[fold[0]])
                 self._folded.append(part)
-        cfg = self.gemm_config()
+        cfg = self.gemm_config(folds)
         node = graph.call_function(op, (pieces, self.weight, self.bias, codes, cfg))
         node.meta["example_value"] = _fake_eval(
             op, [_val(p) for p in pieces], _val(self.weight), _val(self.bias), codes, cfg

@@ -235,17 +235,17 @@ def kernel_slots(
     )
 
 
-def one_loop_ok(flat: list[torch.Tensor], weight: torch.Tensor, prologues: list[int]) -> bool:
-    """Whether the single K loop may run: every 2-D piece is whole unmasked K
-    tiles with unit K stride, W has unit K stride, and the pieces share one
-    prologue.  Static facts only: a symbolic width or stride takes the general
-    loops rather than adding a guard."""
+def one_loop_ok(parts: list[torch.Tensor], weight: torch.Tensor, prologues: list[int]) -> bool:
+    """Whether the single K loop may run: every piece (its last dim is K) is
+    whole unmasked K tiles with unit K stride, W has unit K stride, and the
+    pieces share one prologue.  Static facts only: a symbolic width or stride
+    takes the general loops rather than adding a guard."""
     return (
-        len(set(prologues[: len(flat)])) == 1
-        and all(_static_eq(p.stride(1), 1) and _static_eq(p.shape[1] % _BLOCK_K, 0)
-                for p in flat)
+        len(set(prologues[: len(parts)])) == 1
+        and whole_k_tiles([p.shape[-1] for p in parts])
+        and all(_static_eq(p.stride(-1), 1) for p in parts)
         and _static_eq(weight.stride(1), 1)
-    )  # fmt: skip
+    )
 
 
 # Indices into _CONFIGS, for pick_config.
@@ -261,16 +261,12 @@ def pick_config(parts: list[torch.Tensor], weight: torch.Tensor, prologues: list
     loop for narrow pieces where it may run, else per-piece loops with 128x256
     tiles.  ``parts`` may have leading dims; static facts only, as in
     ``one_loop_ok``."""
-    flat_ok = (
-        len(set(prologues[: len(parts)])) == 1
-        and all(_static_eq(p.stride(-1), 1) and _static_eq(p.shape[-1] % _BLOCK_K, 0)
-                for p in parts)
-        and _static_eq(weight.stride(1), 1)
-    )  # fmt: skip
     narrow = all(
         isinstance(p.shape[-1], int) and p.shape[-1] <= ONE_LOOP_MAX_WIDTH for p in parts
     )
-    return ONE_LOOP_CONFIG if flat_ok and narrow else PER_PIECE_CONFIG
+    if narrow and one_loop_ok(parts, weight, prologues):
+        return ONE_LOOP_CONFIG
+    return PER_PIECE_CONFIG
 
 
 @functools.cache
