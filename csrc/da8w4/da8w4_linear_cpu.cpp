@@ -331,6 +331,62 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
       t.scalar_type());
 }
 
+// ---------------------------------------------------------------------------
+// Work distribution. Items go to the intra-op threads one at a time from a shared
+// counter, so a thread that runs slower (a vCPU sharing its core, a busy neighbour)
+// takes fewer of them: with at::parallel_for's equal contiguous ranges the slowest
+// thread took 2.5-3x as long as the fastest on equal work on the AMX host
+// (benchmarks/README.md, "AMX path: where the time goes"). For benchmarks only,
+// DA8W4_SCHED=static restores equal ranges and the coarser AMX items of the previous
+// kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
+// ---------------------------------------------------------------------------
+constexpr int64_t kAmxItemsPerThread = 4;
+
+struct Schedule {
+  bool is_static = false;
+  int64_t amx_items_per_thread = kAmxItemsPerThread;
+};
+
+const Schedule& schedule() {
+  static const Schedule v = [] {
+    Schedule s;
+    const char* env = std::getenv("DA8W4_SCHED");
+    if (env && std::strcmp(env, "static") == 0) {
+      s.is_static = true;
+      s.amx_items_per_thread = 2;
+    } else if (env && std::strncmp(env, "dynamic:", 8) == 0) {
+      s.amx_items_per_thread = std::max<int64_t>(1, std::atoll(env + 8));
+    }
+    return s;
+  }();
+  return v;
+}
+
+bool static_schedule() {
+  return schedule().is_static;
+}
+
+// Calls worker(next) once on each of up to at::get_num_threads() threads; next()
+// returns the thread's next item in [0, n), or -1 when none is left.
+template <typename Worker>
+void parallel_items(int64_t n, const Worker& worker) {
+  if (static_schedule()) {
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+      int64_t i = begin;
+      worker([&]() -> int64_t { return i < end ? i++ : -1; });
+    });
+    return;
+  }
+  std::atomic<int64_t> counter{0};
+  const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    worker([&]() -> int64_t {
+      const int64_t i = counter.fetch_add(1, std::memory_order_relaxed);
+      return i < n ? i : -1;
+    });
+  });
+}
+
 #if defined(DA8W4_HAVE_AMX)
 // Rows below which the auto-selected AMX path hands over to the AVX512-VNNI register
 // kernel. DA8W4_AMX_MIN_M overrides it (benchmarks); read once.
@@ -400,19 +456,21 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const int64_t kstep = amx_k_step(BK);
   // One m tile: one N block per item (most parallelism; nothing to reuse). Several: up
   // to 4 N blocks per item, as many as keep the unpacked panel (nblk * K * 32 bytes)
-  // within 1 MiB of L2 and leave >= 2 items per thread; each item reads all rows once.
+  // within 1 MiB of L2 and leave >= `per_thread` items per thread (enough for the
+  // shared counter to even out threads of unequal speed); each item reads all rows once.
+  const int64_t per_thread = schedule().amx_items_per_thread;
   int64_t nblk = 1;
   if (mtiles > 1) {
     nblk = std::clamp<int64_t>((int64_t{1} << 20) / (K * kBlockN), 1, 4);
-    while (nblk > 1 && (Nc + nblk - 1) / nblk < 2 * threads) {
+    while (nblk > 1 && (Nc + nblk - 1) / nblk < per_thread * threads) {
       --nblk;
     }
   }
   const int64_t ngroups = (Nc + nblk - 1) / nblk;
   // Too few N groups for the threads: split the rows too (each chunk unpacks its panel).
   int64_t mchunks = 1;
-  if (mtiles > 1 && ngroups < 2 * threads) {
-    mchunks = std::min(mtiles, (2 * threads + ngroups - 1) / ngroups);
+  if (mtiles > 1 && ngroups < per_thread * threads) {
+    mchunks = std::min(mtiles, (per_thread * threads + ngroups - 1) / ngroups);
   }
   const int64_t tiles_per_chunk = (mtiles + mchunks - 1) / mchunks;
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
@@ -434,8 +492,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
                                                   : OutKind::kHalf;
   const int64_t esize = y.element_size();
   char* out = static_cast<char*>(y.data_ptr());
-  at::parallel_for(0, ngroups * mchunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
+  parallel_items(ngroups * mchunks, [&](const auto& next) {
+    for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t ng = t / mchunks;
       const int64_t mc = t % mchunks;
       const int64_t nb0 = ng * nblk;
@@ -647,9 +705,9 @@ at::Tensor da8w4_linear_cpu(
   constexpr int64_t kBlockM = 64;
   const int64_t Mc = (M + kBlockM - 1) / kBlockM;
   const bool fp32_out = output_dtype == at::kFloat;
-  at::parallel_for(0, Mc * Nc, 1, [&](int64_t begin, int64_t end) {
+  parallel_items(Mc * Nc, [&](const auto& next) {
     std::vector<float> buf(fp32_out ? 0 : kBlockM * kBlockN);
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t mb = t / Nc;
       const int64_t nb = t % Nc;
       const int64_t m0 = mb * kBlockM;

@@ -312,43 +312,67 @@ struct Pending {
 
 // acc[r][0:32] += (float(P) * sa[r]) * sw for the R rows of the m tile, where
 // P = C - za[r] * comp (asymmetric) or C (symmetric): the spec's per-k-block update,
-// in its order (the same IEEE operations as every other path). za * comp is exact in
-// int32 either way; with |za| < 2^15 (always, for torchao's 0..255) it is one
-// vpmaddwd: comp (|comp| <= BK * 127 < 2^15) sits sign-extended in each 32-bit lane and
-// za in the low 16 bits of a lane whose high half is 0.
-template <bool kSym, bool kZa16>
+// in its order (the same IEEE operations as every other path).
+//
+// kFloatZp (asymmetric, the usual case): float(P) is computed as one FMA,
+// fnmadd(float(za), float(comp), float(C)). That is exactly float(P): C, za and comp
+// are integers of magnitude below 2^24 (|C| <= BK * 255 * 127, see fp_zero_point_ok),
+// so float(C), float(za) and float(comp) are exact, and the FMA rounds the exact
+// C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does. One
+// vector operation fewer per 16 results than the int32 route (a multiply, a subtract
+// and the conversion), in an epilogue that is bound by its vector operations
+// (benchmarks/README.md, "AMX path: where the time goes"). Otherwise P is taken in
+// int32 and converted, as in the other paths.
+template <bool kSym, bool kFloatZp>
 inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float* sa, int64_t ldacc) {
   const __m512 sw_lo = _mm512_loadu_ps(b.sw);
   const __m512 sw_hi = _mm512_loadu_ps(b.sw + 16);
   __m512i comp_lo = _mm512_setzero_si512();
   __m512i comp_hi = _mm512_setzero_si512();
+  __m512 fcomp_lo = _mm512_setzero_ps();
+  __m512 fcomp_hi = _mm512_setzero_ps();
   if (!kSym) {
     comp_lo = _mm512_loadu_si512(b.comp);
     comp_hi = _mm512_loadu_si512(b.comp + 16);
+    fcomp_lo = _mm512_cvtepi32_ps(comp_lo);
+    fcomp_hi = _mm512_cvtepi32_ps(comp_hi);
   }
   for (int64_t r = 0; r < R; ++r) {
     const int32_t* c_lo = b.cb[(r / 16) * 2][r % 16];
     const int32_t* c_hi = b.cb[(r / 16) * 2 + 1][r % 16];
-    __m512i P_lo = _mm512_loadu_si512(c_lo);
-    __m512i P_hi = _mm512_loadu_si512(c_hi);
-    if (!kSym) {
-      if (kZa16) {
-        const __m512i z = _mm512_set1_epi32(za[r] & 0xFFFF);
-        P_lo = _mm512_sub_epi32(P_lo, _mm512_madd_epi16(z, comp_lo));
-        P_hi = _mm512_sub_epi32(P_hi, _mm512_madd_epi16(z, comp_hi));
-      } else {
-        const __m512i z = _mm512_set1_epi32(za[r]);
-        P_lo = _mm512_sub_epi32(P_lo, _mm512_mullo_epi32(z, comp_lo));
-        P_hi = _mm512_sub_epi32(P_hi, _mm512_mullo_epi32(z, comp_hi));
-      }
+    __m512 P_lo;
+    __m512 P_hi;
+    if (kSym) {
+      P_lo = _mm512_cvtepi32_ps(_mm512_loadu_si512(c_lo));
+      P_hi = _mm512_cvtepi32_ps(_mm512_loadu_si512(c_hi));
+    } else if (kFloatZp) {
+      const __m512 z = _mm512_set1_ps(static_cast<float>(za[r]));
+      P_lo = _mm512_fnmadd_ps(z, fcomp_lo, _mm512_cvtepi32_ps(_mm512_loadu_si512(c_lo)));
+      P_hi = _mm512_fnmadd_ps(z, fcomp_hi, _mm512_cvtepi32_ps(_mm512_loadu_si512(c_hi)));
+    } else {
+      const __m512i z = _mm512_set1_epi32(za[r]);
+      P_lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(c_lo), _mm512_mullo_epi32(z, comp_lo)));
+      P_hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(c_hi), _mm512_mullo_epi32(z, comp_hi)));
     }
     const __m512 a = _mm512_set1_ps(sa[r]);
     float* out = b.acc + r * ldacc;
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out),
-                                        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_lo), a), sw_lo)));
-    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16),
-                                             _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_hi), a), sw_hi)));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_mul_ps(_mm512_mul_ps(P_lo, a), sw_lo)));
+    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), _mm512_mul_ps(_mm512_mul_ps(P_hi, a), sw_hi)));
   }
+}
+
+// Whether the FMA route of the epilogue is exact for this k block and these rows:
+// |C| <= BK * 255 * 127 (uint8 activation, |w - zw| <= 127) and |za| below 2^24.
+inline bool fp_zero_point_ok(int64_t BK, const int32_t* za, int64_t R) {
+  if (BK * 255 * 127 >= (int64_t{1} << 24)) {
+    return false;
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    if (za[r] <= -(1 << 24) || za[r] >= (1 << 24)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // One m tile (R <= 32 rows) over all k blocks and the item's N blocks, block i being
@@ -359,7 +383,7 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
 // (its results were stored a whole iteration earlier) and stores block i's results.
 // Three rotating buffers each for results and unpacked weight. The epilogues still run
 // in block order, so each N block's k blocks are accumulated in order.
-template <bool kSym, bool kTwo, bool kZa16>
+template <bool kSym, bool kTwo, bool kFloatZp>
 void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const int32_t* za,
             const float* sa, int8_t* panel, bool whole_panel, int64_t kstep, float* acc,
             int64_t ncols) {
@@ -388,14 +412,14 @@ void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const i
     const int8_t* bt = whole_panel ? panel + (nb * Kc + c) * tile_bytes : panel + (i % 3) * tile_bytes;
     tile_block<kSym, kTwo>(at, c, bt, BK, kstep);
     if (i >= 2) {
-      epilogue<kSym, kZa16>(pend[(i - 2) % 3], R, za, sa, ncols);
+      epilogue<kSym, kFloatZp>(pend[(i - 2) % 3], R, za, sa, ncols);
     }
     tile_store_c<kTwo>(s.cbuf[i % 3]);
     pend[i % 3] = Pending{s.cbuf[i % 3], p.sw + (nb * p.G + g) * kBlockN,
                           kSym ? nullptr : p.comp + (nb * Kc + c) * kBlockN, acc + nb * kBlockN};
   }
   for (int64_t i = std::max<int64_t>(0, T - 2); i < T; ++i) {
-    epilogue<kSym, kZa16>(pend[i % 3], R, za, sa, ncols);
+    epilogue<kSym, kFloatZp>(pend[i % 3], R, za, sa, ncols);
   }
 }
 
@@ -454,19 +478,16 @@ bool gemm_impl(const AmxParams& p) {
                                  : ATiles{p.a + m0 * p.lda, kstep, p.lda};
     const int32_t* za = kSym ? nullptr : p.za + m0;
     const float* sa = p.sa + m0;
-    bool za16 = true;
-    for (int64_t r = 0; !kSym && r < R; ++r) {
-      za16 = za16 && za[r] >= -32768 && za[r] <= 32767;
-    }
-#define DA8W4_M_TILE(TWO, Z16) m_tile<kSym, TWO, Z16>(p, s, R, at, za, sa, panel, whole_panel, kstep, acc, ncols)
+    const bool fzp = !kSym && fp_zero_point_ok(BK, za, R);
+#define DA8W4_M_TILE(TWO, FZP) m_tile<kSym, TWO, FZP>(p, s, R, at, za, sa, panel, whole_panel, kstep, acc, ncols)
     if (r1 > 0) {
-      if (za16) {
+      if (fzp) {
         DA8W4_M_TILE(true, true);
       } else {
         DA8W4_M_TILE(true, false);
       }
     } else {
-      if (za16) {
+      if (fzp) {
         DA8W4_M_TILE(false, true);
       } else {
         DA8W4_M_TILE(false, false);

@@ -288,6 +288,46 @@ class TestDa8w4Linear(TestCase):
                     self.assertEqual(loader.last_isa(), "amx")
                 self.assertEqual(got, want, atol=0, rtol=0, msg=f"m={m} n={n} gs={group_size} {out_dtype}")
 
+    def test_amx_activation_zero_point_routes(self):
+        # The AMX epilogue takes float(C - za * comp) as one FMA on float(C), float(za)
+        # and float(comp) while |za| < 2^24, and in int32 beyond. At the largest |C|
+        # (a = 255 against w - zw = +-127 over a 128-k block: |C| = 4145280) with zero
+        # points 0, 1, 255 and +-100000 (products up to 1.6e9), and with |za| >= 2^24
+        # (int32 route); bit-identical to the reference and the other paths.
+        if not _isa_available("amx"):
+            self.skipTest("amx not available on this CPU/build")
+        n, k, gs = 64, 256, 128
+        w = torch.full((n, k), 15, dtype=torch.uint8)
+        w[n // 2 :] = 0
+        zw = torch.full((n, k // gs), -112, dtype=torch.int8)
+        zw[n // 2 :] = 127
+        sw = torch.full((n, k // gs), 0.25)
+        x = torch.full((40, k), 255, dtype=torch.uint8)
+        x[1::3] = 0
+        za = torch.tensor([0, 1, 255, 100000, -100000] * 8, dtype=torch.int32)
+        sa = torch.full((40,), 1.5)
+        packed = prepack(w, sw, zw)
+        want = reference_linear(x, sa, za, w, sw, zw, None, torch.float32, False)
+        with force_isa("amx"):
+            got = da8w4(x, sa, za, packed, None, torch.float32)
+            self.assertEqual(loader.last_isa(), "amx")
+        self.assertEqual(got, want, atol=0, rtol=0)
+        # |za| >= 2^24 (second m tile only), where float(za) is not exact, against
+        # comp = 3 per block (w - zw = 1 at three k of each block, else 0): za * comp
+        # stays in int32 and the FMA route would round differently (za = 2^24 + 3).
+        w_small = torch.full((n, k), 14, dtype=torch.uint8)
+        w_small[:, [0, 1, 2, gs, gs + 1, gs + 2]] = 15
+        zw_small = torch.full((n, k // gs), 14, dtype=torch.int8)
+        za_big = za.clone()
+        za_big[32:] = torch.tensor([2**24 + 3, -(2**24) - 7, 2**26 + 1, 3, 5, 7, 11, 13], dtype=torch.int32)
+        packed = prepack(w_small, sw, zw_small)
+        want = reference_linear(x, sa, za_big, w_small, sw, zw_small, None, torch.float32, False)
+        for isa in ISAS:
+            if _isa_available(isa):
+                with force_isa(isa):
+                    got = da8w4(x, sa, za_big, packed, None, torch.float32)
+                self.assertEqual(got, want, atol=0, rtol=0, msg=isa)
+
     def test_amx_zero_point_out_of_int8_range(self):
         # zw < -112 makes w - zw overflow int8 (the AMX path's B operand): the work
         # items holding such a zero point go to the AVX512-VNNI kernel, with the same
