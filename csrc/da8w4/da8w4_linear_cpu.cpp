@@ -340,7 +340,7 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // DA8W4_SCHED=static restores equal ranges and the coarser AMX items of the previous
 // kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
 // ---------------------------------------------------------------------------
-constexpr int64_t kAmxItemsPerThread = 4;
+constexpr int64_t kAmxItemsPerThread = 8;
 
 struct Schedule {
   bool is_static = false;
