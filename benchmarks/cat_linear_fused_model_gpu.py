@@ -117,12 +117,14 @@ def worker(args):
     eager = make_step(model, model, dtype)()
     ic.cat_linear_fused = args.variant == "patched"
     counters.clear()
+    torch._dynamo.utils.reset_frame_count()
     step = make_step(model, torch.compile(model), dtype)
     sync()
     t0 = time.perf_counter()
     got = step()
     sync()
     compile_s = time.perf_counter() - t0
+    phases = compile_phases()
 
     def rel_err(a, b):
         return ((a.float() - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
@@ -152,6 +154,7 @@ def worker(args):
         "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear_fused"],
         "benchmarked": counters["inductor"]["cat_linear_fused_bench"],
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
+        "phases_s": phases,
         "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
         "host_us": statistics.median(host), "host_us_rounds": host, "batch": B,
         "torch": torch.__version__,
@@ -160,6 +163,29 @@ def worker(args):
     with open(args.result, "w") as f:
         json.dump(res, f)
 
+
+
+def compile_phases():
+    """Seconds per compile phase, as dynamo's own timers aggregate them
+    (``torch._dynamo.utils.compile_times``): where a compile-time difference lies."""
+    try:
+        names, values = torch._dynamo.utils.compile_times(repr="csv", aggregate=True)
+        return {n: float(v) for n, v in zip(names, values)}
+    except Exception as e:  # the timers' API differs between releases
+        return {"error": repr(e)}
+
+
+def phase_deltas(stock_runs, patched_runs, top=8):
+    """The phases whose median time grew most from stock to patched."""
+    names = set().union(*(r.get("phases_s", {}) for r in stock_runs + patched_runs)) - {"error"}
+    rows = []
+    for n in names:
+        s = med([{"v": r["phases_s"].get(n, 0.0)} for r in stock_runs if "phases_s" in r], "v")
+        p = med([{"v": r["phases_s"].get(n, 0.0)} for r in patched_runs if "phases_s" in r], "v")
+        if s is not None and p is not None:
+            rows.append((p - s, n, s, p))
+    return [{"phase": n, "stock_s": round(s, 3), "patched_s": round(p, 3), "delta_s": round(d, 3)}
+            for d, n, s, p in sorted(rows, reverse=True)[:top]]
 
 
 def run_worker(args, mode, variant):
@@ -215,6 +241,7 @@ def summarize(mode, runs):
         "max_err_patched": max(r["max_err"] for r in p),
         "ok": all(r["ok"] for r in s + p + aa),
     }  # fmt: skip
+    row["phase_deltas"] = phase_deltas(s, p)
     for k in ("kernel_us", "host_us"):
         row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
         row[f"{k}_patched_over_stock"] = ratio(med(p, k), med(s, k))
@@ -256,6 +283,11 @@ def markdown(meta, rows):
             + ("" if r["ok"] else " FAIL"),
         ]  # fmt: skip
         out.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if r.get("phase_deltas"):
+            out += ["", f"{r['mode']}: compile phases that grew most, median s stock -> patched (dynamo's timers):"]
+            out += [f"- {d['phase']}: {d['stock_s']:.3f} -> {d['patched_s']:.3f} ({d['delta_s']:+.3f})"
+                    for d in r["phase_deltas"]]
     return "\n".join(out)
 
 
