@@ -5,7 +5,8 @@ column runs the same torch with ``config.cat_linear_fused = False``, so both
 columns share one process, one GPU and one set of inputs).
 
 For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
-{input, relu} x {forward, forward+backward}) it compiles
+{input, relu} x {forward, forward+backward}; ``--producers`` may add ``mixed``: relu on
+the first part only, the others graph inputs) it compiles
 
   stock    F.linear(torch.cat(parts, -1), W)          cat_linear_fused off
   stock_aa the same, compiled a second time           identical code: the A/A pair
@@ -67,6 +68,8 @@ SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
 
 def make_fn(producer):
     def pre(ps):
+        if producer == "mixed":  # relu on the first part, the others graph inputs
+            return [torch.relu(ps[0]), *ps[1:]]
         return [torch.relu(p) for p in ps] if producer == "relu" else list(ps)
 
     def f(W, *ps):
@@ -236,8 +239,9 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device, rank=2):
             row[f"{v}_host_reps"] = [round(t, 1) for t in host[v]]
     finally:
         lg.removeHandler(handler)
-    row["ratio"] = round(row["patched"] / row["stock"], 3)
-    row["ratio_host"] = round(row["patched_host"] / row["stock_host"], 3)
+    if "patched" in row:
+        row["ratio"] = round(row["patched"] / row["stock"], 3)
+        row["ratio_host"] = round(row["patched_host"] / row["stock_host"], 3)
     if "stock_aa" in row:
         row["aa"] = round(row["stock_aa"] / row["stock"], 3)
         row["aa_host"] = round(row["stock_aa_host"] / row["stock_host"], 3)

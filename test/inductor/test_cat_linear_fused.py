@@ -331,17 +331,43 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_fused_cpu_rule(self):
         # The measured CPU rule (benchmarks/README.md), no benchmark either way:
+        rows = cat_linear_fused.CPU_MIN_ROWS
         # forward only keeps stock ...
         with torch.no_grad():
-            args = make_inputs((64,), (64, 64), 64, grad=False)
+            args = make_inputs((rows,), (64, 64), 64, grad=False)
             self.common(relu_cat_linear, args, 0, backward=False)
-        # ... forward+backward with an in-graph pointwise producer rewrites ...
-        self.common(relu_cat_linear, make_inputs((64,), (64, 64), 64), 1)
+        # ... forward+backward with an in-graph pointwise producer rewrites,
+        # rows counted over all leading dims ...
+        self.common(relu_cat_linear, make_inputs((rows,), (64, 64), 64), 1)
+        self.common(relu_cat_linear, make_inputs((2, rows // 2), (64, 64), 64), 1)
         # ... but not with pieces narrower than measured ...
-        self.common(relu_cat_linear, make_inputs((64,), (32, 96), 64), 0)
-        # ... and graph-input parts need wider pieces.
-        self.common(cat_linear, make_inputs((64,), (64, 64), 64), 0)
-        self.common(cat_linear, make_inputs((64,), (256, 256), 64), 1)
+        self.common(relu_cat_linear, make_inputs((rows,), (32, 96), 64), 0)
+        # ... nor when every part is a graph input, however wide ...
+        self.common(cat_linear, make_inputs((rows,), (256, 256), 64), 0)
+        # ... nor when the produced parts are less than a third of K.
+        self.common(relu_cat_linear, make_inputs((rows,), (96, 192), 64), 1)
+        with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(relu_cat_linear, make_inputs((rows,), (64, 192), 64), 0)
+        self.assertIn("in-graph producers make 64 of 256 columns", "\n".join(cm.output))
+        self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
+
+    def test_cat_linear_fused_cpu_rule_rows(self):
+        # Below CPU_MIN_ROWS rows the CPU rule keeps stock, and says why.
+        rows = cat_linear_fused.CPU_MIN_ROWS
+        with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(relu_cat_linear, make_inputs((rows - 1,), (64, 64), 64), 0)
+            self.common(relu_cat_linear, make_inputs((2, rows // 4), (256, 256), 64), 0)
+        self.assertEqual(
+            "\n".join(cm.output).count(f"fewer than {rows} rows"), 2, cm.output
+        )
+        self.common(relu_cat_linear, make_inputs((rows + 1,), (64, 64), 64), 1)
+        # Rows not known at compile time count as too few (no guard added).
+        args = make_inputs((2 * rows,), (64, 64), 64)
+        for a in args[:2]:
+            torch._dynamo.mark_dynamic(a, 0)
+        with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+            self.common(relu_cat_linear, args, 0)
+        self.assertIn(f"fewer than {rows} rows", "\n".join(cm.output))
         self.assertEqual(counters["inductor"]["cat_linear_fused_bench"], 0)
 
     def test_cat_linear_fused_non_tensor_part(self):

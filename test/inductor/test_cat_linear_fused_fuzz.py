@@ -389,7 +389,7 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
         # the default decision (CPU rule) rewrites this site and fails the same way
         self.run_case(
             Case(
-                widths=(256, 256), lead=(8,), n=16, dtype=torch.float32, bias=True,
+                widths=(256, 256), lead=(256,), n=16, dtype=torch.float32, bias=True,
                 producers=("mul", "input"), inplace="part_after", inplace_part=0,
                 other_user=None, user_part=0, dynamic=False, grad=True, force=None,
             )

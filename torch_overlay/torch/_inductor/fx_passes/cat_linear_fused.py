@@ -629,36 +629,61 @@ def should_cat_linear_fused(match: CatLinearMatch) -> str | None:
     return None
 
 
-# Narrowest pieces the CPU rule was measured with: any forward+backward site, and
-# one whose parts are all graph inputs (no in-graph producer to fuse with).
+# The CPU rule's gates (benchmarks/README.md, "CPU rule: rows and widths"): the
+# fewest rows (the product of the leading dims), the narrowest piece, and the
+# least share of K made by in-graph pointwise producers at which the "view"
+# form was measured to beat stock forward+backward.
+CPU_MIN_ROWS = 256
 CPU_MIN_PIECE_WIDTH = 64
-CPU_MIN_INPUT_PIECE_WIDTH = 256
+CPU_MIN_PRODUCED_SHARE = 1 / 3
 
 
 def _should_on_cpu(match: CatLinearMatch) -> str | None:
     """Measured rule (benchmarks/cat_linear_fused_cpu.py; the figures are in
-    benchmarks/README.md, "cat_linear_fused").
+    benchmarks/README.md, "cat_linear_fused", "CPU rule: rows and widths").
 
-    Forward only, Inductor's C++ backend writes the parts (and pointwise
-    producers) straight into the cat buffer and one GEMM beats two: keep stock.
-    Forward+backward, the saved cat and the cat's gradient as one buffer go
-    away: that wins with a pointwise producer in the graph for pieces at least
-    ``CPU_MIN_PIECE_WIDTH`` wide, and with graph-input parts only for pieces at
-    least ``CPU_MIN_INPUT_PIECE_WIDTH`` wide.  So only those sites are
-    rewritten.
+    Rewrite to ``"view"`` only a forward+backward site with at least
+    ``CPU_MIN_ROWS`` rows, pieces at least ``CPU_MIN_PIECE_WIDTH`` wide, and
+    parts made by in-graph pointwise producers for at least
+    ``CPU_MIN_PRODUCED_SHARE`` of K; keep stock everywhere else:
+
+    * Forward only, Inductor's C++ backend writes the parts (and pointwise
+      producers) straight into the cat buffer and one GEMM beats several
+      (0.90-0.95x for wide graph-input pieces from 512 rows: under the 1.1x
+      margin the CUDA benchmark asks for, so stock).
+    * Forward+backward, the saved cat and the cat's gradient as one buffer go
+      away.  That pays for what a producer would have written into the cat:
+      from 256 to 4096 rows on one thread 0.37-0.64x of stock with every part
+      produced, 0.57-0.83x with a third or half of K produced; with a quarter
+      or less 0.77-1.02x on one thread and 0.93-1.06x on two, no clear win.
+    * With graph-input parts only there is nothing to save: 1.02-1.44x at
+      64-512 rows, 0.88-1.05x at 2048-4096 rows for pieces 96 wide or more.
+    * At 64 rows, one produced part next to graph-input parts ran up to 1.10x
+      slower on one thread and 1.24x on two (every part produced: 0.52-0.95x,
+      a win the gate gives up).  Rows not known at compile time count as too
+      few.
     """
     if not match.needs_grad:
         _skip("forward only: stock is faster on CPU at %s", match.linear)
         return None
+    produced = sum(w for w, f in zip(match.widths, match.fused_producers) if f)
+    if produced < CPU_MIN_PRODUCED_SHARE * sum(match.widths):
+        _skip(
+            "in-graph producers make %d of %d columns, less than %.2f, on CPU at %s",
+            produced,
+            sum(match.widths),
+            CPU_MIN_PRODUCED_SHARE,
+            match.linear,
+        )
+        return None
     if min(match.widths) < CPU_MIN_PIECE_WIDTH:
         _skip("a piece is narrower than %d on CPU at %s", CPU_MIN_PIECE_WIDTH, match.linear)
         return None
-    if not any(match.fused_producers) and min(match.widths) < CPU_MIN_INPUT_PIECE_WIDTH:
-        _skip(
-            "graph-input parts narrower than %d on CPU at %s",
-            CPU_MIN_INPUT_PIECE_WIDTH,
-            match.linear,
-        )
+    rows = 1
+    for d in _val(match.cat).shape[:-1]:
+        rows = rows * d
+    if not statically_known_true(rows >= CPU_MIN_ROWS):
+        _skip("fewer than %d rows (%s) on CPU at %s", CPU_MIN_ROWS, rows, match.linear)
         return None
     return "view"
 
