@@ -332,9 +332,9 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 }
 
 // ---------------------------------------------------------------------------
-// Work distribution. Items go to the intra-op threads one at a time from a shared
-// counter, so a thread that runs slower (a vCPU sharing its core, a busy neighbour)
-// takes fewer of them: with at::parallel_for's equal contiguous ranges the slowest
+// Work distribution. Items go to the intra-op threads from a shared counter (see
+// parallel_items), so a thread that runs slower (a vCPU sharing its core, a busy
+// neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the slowest
 // thread took 2.5-3x as long as the fastest on equal work on the AMX host
 // (benchmarks/README.md, "AMX path: where the time goes"). For benchmarks only,
 // DA8W4_SCHED=static restores equal ranges and the coarser AMX items of the previous
