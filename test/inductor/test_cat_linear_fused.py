@@ -591,6 +591,30 @@ class CatLinearFusedTest(TestCase):
             bound = cat_linear_fused.speedup_bound(spec)
         self.assertEqual(cat_linear_fused.roofline_decision(spec, bound), expected)
 
+    @parametrize("widths,n,config,expected", [
+        ((64, 64), 256, "one_loop", "gemm"),  # memory-bound GEMM
+        ((64, 64, 64, 64), 512, "one_loop", "gemm"),  # memory-bound GEMM
+        ((128, 128, 128), 1024, "one_loop", "bench"),  # compute-bound: not clear of stock
+        ((128, 128, 128), 1024, "per_piece", "gemm"),
+        ((1024, 1024), 1024, "per_piece", "gemm"),  # compute-bound, 128x256 tiles
+    ])  # fmt: skip
+    def test_cat_linear_fused_roofline_decision_one_loop(self, widths, n, config, expected):
+        # The one-loop kernel is taken without a benchmark only where the GEMM
+        # is bound by its bytes (H100 limits as measured: ridge at ~224 FLOP/B).
+        cfg = {"one_loop": cat_linear_fused_gemm.ONE_LOOP_CONFIG,
+               "per_piece": cat_linear_fused_gemm.PER_PIECE_CONFIG}[config]  # fmt: skip
+        spec = cat_linear_fused_bench.BenchSpec(
+            parts=tuple(((8192, k), (k, 1), False) for k in widths),
+            weight=((n, sum(widths)), (sum(widths), 1), False),
+            bias=None, fused_producers=(False,) * len(widths), prologues=(0,) * len(widths),
+            dtype=torch.bfloat16, device="cuda", backward=False, forms=("view", "addmm", "gemm"),
+            gemm_config=cfg,
+        )  # fmt: skip
+        with self._with_limits(tflops=650.0, dram_gbps=2900.0):
+            bound = cat_linear_fused.speedup_bound(spec)
+            self.assertGreaterEqual(bound, cat_linear_fused.GEMM_WITHOUT_BENCHMARK_BOUND)
+            self.assertEqual(cat_linear_fused.roofline_decision(spec, bound), expected)
+
     def test_cat_linear_fused_no_benchmark_by_default(self):
         # Between the margin and the gemm bound only a benchmark can tell, and
         # that runs only under max_autotune (or force="bench").

@@ -693,15 +693,22 @@ def _should_on_cpu(match: CatLinearMatch) -> str | None:
 # 1.10-1.28x slower than cuBLAS on a ready input at such sites on an H100
 # (floor_gemm against floor, benchmarks/README.md), so a best case of 1.3x
 # leaves it ahead of stock; below it the call is the benchmark's, which costs
-# a kernel compile per site and runs only under max_autotune.
+# a kernel compile per site and runs only under max_autotune.  Except where
+# the one-loop kernel (128x128 tiles) would run a compute-bound GEMM: there it
+# was 1.28x cuBLAS and no faster than stock (128+128+128 -> 1024 at 8192 rows:
+# 1.004 and 1.149 bf16, 0.902 and 1.060 fp16), while at memory-bound one-loop
+# sites (64+64 -> 256, 4 x 64 -> 512) it was 1.11-1.14x cuBLAS and 0.68-0.88x
+# stock; the per-piece kernel (128x256 tiles) paid at compute-bound sites too.
 GEMM_WITHOUT_BENCHMARK_BOUND = 1.3
 
 
 def roofline_decision(spec: Any, bound: float | None) -> str:
     """What the roofline alone says of a site: ``"screen"`` (no form can beat
-    stock by the margin), ``"gemm"`` (take the gemm form, no benchmark needed)
-    or ``"bench"`` (only a benchmark can tell)."""
-    from .cat_linear_fused_gemm import whole_k_tiles
+    stock by the margin), ``"gemm"`` (take the gemm form, no benchmark needed;
+    not where the one-loop kernel would run a compute-bound GEMM, see
+    ``GEMM_WITHOUT_BENCHMARK_BOUND``) or ``"bench"`` (only a benchmark can
+    tell)."""
+    from .cat_linear_fused_gemm import ONE_LOOP_CONFIG, whole_k_tiles
 
     if bound is None:
         return "bench"
@@ -713,8 +720,26 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
         and bound >= GEMM_WITHOUT_BENCHMARK_BOUND
         and whole_k_tiles([s[-1] for s, _, _ in spec.parts])
     ):
+        if spec.gemm_config == ONE_LOOP_CONFIG and _gemm_compute_bound(spec):
+            log.debug(
+                "%s: the one-loop kernel at a compute-bound GEMM is not clear of stock "
+                "(%s); only a benchmark can tell",
+                _FEATURE,
+                spec.key(),
+            )
+            return "bench"
         return "gemm"
     return "bench"
+
+
+def _gemm_compute_bound(spec: Any) -> bool:
+    from . import cat_linear_fused_cost as cost
+
+    limits = cost.device_limits(torch.device(spec.device), spec.dtype)
+    if limits is None:
+        return True
+    shape = cost.site_shape([s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward)
+    return shape.compute_bound(limits)
 
 
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:

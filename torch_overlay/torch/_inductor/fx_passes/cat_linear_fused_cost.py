@@ -114,6 +114,12 @@ class SiteShape:
         nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
         return max(flops / (limits.tflops * 1e6), nbytes / (limits.dram_gbps * 1e3))
 
+    def compute_bound(self, limits: DeviceLimits) -> bool:
+        """Whether the GEMM's roofline time is set by its FLOPs, not its bytes."""
+        flops = 2.0 * self.m * self.n * self.k
+        nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
+        return flops / (limits.tflops * 1e6) >= nbytes / (limits.dram_gbps * 1e3)
+
     def cat_us(self, limits: DeviceLimits) -> float:
         k = self.k if self.saved_k is None else self.saved_k
         return 2.0 * self.m * k * self.itemsize / (limits.dram_gbps * 1e3)
