@@ -720,7 +720,7 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
         and bound >= GEMM_WITHOUT_BENCHMARK_BOUND
         and whole_k_tiles([s[-1] for s, _, _ in spec.parts])
     ):
-        if spec.gemm_config == ONE_LOOP_CONFIG and _gemm_compute_bound(spec):
+        if spec.gemm_config == ONE_LOOP_CONFIG and _compute_bound(spec):
             log.debug(
                 "%s: the one-loop kernel at a compute-bound GEMM is not clear of stock "
                 "(%s); only a benchmark can tell",
@@ -730,16 +730,6 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
             return "bench"
         return "gemm"
     return "bench"
-
-
-def _gemm_compute_bound(spec: Any) -> bool:
-    from . import cat_linear_fused_cost as cost
-
-    limits = cost.device_limits(torch.device(spec.device), spec.dtype)
-    if limits is None:
-        return True
-    shape = cost.site_shape([s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward)
-    return shape.compute_bound(limits)
 
 
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:
@@ -793,9 +783,9 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     return form
 
 
-def speedup_bound(spec: Any) -> float | None:
-    """Roofline best case of any form at the site ``spec`` describes
-    (``cat_linear_fused_cost``); None where the device has no figures."""
+def _roofline(spec: Any) -> tuple[Any, Any] | None:
+    """The site ``spec`` describes as the roofline sees it, and the device's
+    limits (``cat_linear_fused_cost``); None where the device has no figures."""
     from . import cat_linear_fused_cost as cost
 
     limits = cost.device_limits(torch.device(spec.device), spec.dtype)
@@ -810,7 +800,20 @@ def speedup_bound(spec: Any) -> float | None:
     shape = cost.site_shape(
         [s for s, _, _ in spec.parts], spec.weight[0][0], spec.dtype, spec.backward, saved
     )
-    return shape.speedup_bound(limits)
+    return shape, limits
+
+
+def _compute_bound(spec: Any) -> bool:
+    """Whether the site's GEMM is bound by its FLOPs (True without figures)."""
+    roofline = _roofline(spec)
+    return roofline is None or roofline[0].compute_bound(roofline[1])
+
+
+def speedup_bound(spec: Any) -> float | None:
+    """Roofline best case of any form at the site ``spec`` describes; None
+    where the device has no figures."""
+    roofline = _roofline(spec)
+    return None if roofline is None else roofline[0].speedup_bound(roofline[1])
 
 
 def benchmark_candidates(match: CatLinearMatch) -> tuple[str, ...]:

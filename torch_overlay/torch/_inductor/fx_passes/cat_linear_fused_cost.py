@@ -109,16 +109,19 @@ class SiteShape:
     # its own without the cat (stock fuses it into the cat's kernel).
     saved_k: int | None = None
 
-    def gemm_us(self, limits: DeviceLimits) -> float:
+    def _gemm_flops_bytes_us(self, limits: DeviceLimits) -> tuple[float, float]:
+        """The GEMM's time at the FLOP rate and at the bandwidth (µs)."""
         flops = 2.0 * self.m * self.n * self.k
         nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
-        return max(flops / (limits.tflops * 1e6), nbytes / (limits.dram_gbps * 1e3))
+        return flops / (limits.tflops * 1e6), nbytes / (limits.dram_gbps * 1e3)
+
+    def gemm_us(self, limits: DeviceLimits) -> float:
+        return max(self._gemm_flops_bytes_us(limits))
 
     def compute_bound(self, limits: DeviceLimits) -> bool:
         """Whether the GEMM's roofline time is set by its FLOPs, not its bytes."""
-        flops = 2.0 * self.m * self.n * self.k
-        nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
-        return flops / (limits.tflops * 1e6) >= nbytes / (limits.dram_gbps * 1e3)
+        flops_us, bytes_us = self._gemm_flops_bytes_us(limits)
+        return flops_us >= bytes_us
 
     def cat_us(self, limits: DeviceLimits) -> float:
         k = self.k if self.saved_k is None else self.saved_k
