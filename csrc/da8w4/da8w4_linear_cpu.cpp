@@ -362,23 +362,19 @@ const Schedule& schedule() {
   return v;
 }
 
-bool static_schedule() {
-  return schedule().is_static;
-}
-
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
 // returns the thread's next item in [0, n), or -1 when none is left. Items are taken
 // from a shared counter in chunks: one item at a time (kOne: few large items, the AMX
 // path), or guided (kGuided: a chunk is 1 / (2 * threads) of what is left, at least
 // one item, so a thread first streams long runs of consecutive items and the last
 // grabs even the threads out). Many small items taken one at a time lost the
-// hardware prefetcher's streams: on 2 threads at M = 1-4, 10-18% slower than equal
+// hardware prefetcher's streams: on 2 threads at M = 1-4, 10-14% slower than equal
 // ranges (benchmarks/README.md, "da8w4 kernel").
 enum class Chunks { kOne, kGuided };
 
 template <typename Worker>
 void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
-  if (static_schedule()) {
+  if (schedule().is_static) {
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       int64_t i = begin;
       worker([&]() -> int64_t { return i < end ? i++ : -1; });
