@@ -23,7 +23,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cat_linear_fused_gpu as harness  # noqa: E402
+from cpu_info import cpu_model  # noqa: E402
 
 
 CPU_SHAPES = [(512, (64, 64), 256), (2048, (256, 256), 256), (2048, (512, 512, 512), 512)]
@@ -38,17 +38,6 @@ CPU_SHAPES = [(512, (64, 64), 256), (2048, (256, 256), 256), (2048, (512, 512, 5
 GRID_ROWS = (64, 256, 512, 2048, 4096)
 GRID_LAYOUTS = ((64, 64), (64, 64, 64, 64), (256, 256), (512, 512, 512), (96, 160, 1024))
 GRID_NS = (256, 512)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _ints(s):

@@ -53,6 +53,8 @@ from torch._dynamo.utils import counters
 from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from cpu_info import cpu_model
+
 
 try:
     from torch._inductor import custom_pass_registry as cpr
@@ -81,12 +83,7 @@ def f(x):
 
 
 def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     return (f"{cpu}; {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch threads; "
             f"torch {torch.__version__}; Python {platform.python_version()}; load {os.getloadavg()}")
 

@@ -18,13 +18,13 @@ fuses it into one C++ kernel).
 import argparse
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+from cpu_info import cpu_model
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -38,15 +38,7 @@ def _import_loader():
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = cpu_model()
     load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     return (f"{model}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
             f"{torch.get_num_threads()} threads{load}")

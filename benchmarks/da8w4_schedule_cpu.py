@@ -18,28 +18,17 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
 import torch
+from cpu_info import cpu_model
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHAPES = ["1x4096x4096", "4x4096x4096", "16x4096x4096", "64x4096x4096", "256x4096x1024"]
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def worker(args):
@@ -106,7 +95,7 @@ def main():
             runs[name].append(json.loads(res.stdout.strip().splitlines()[-1]))
     base = variants[0][0]
     load = os.getloadavg()[0]
-    print(f"Machine: {cpu_name()}, {os.cpu_count()} logical CPUs, torch "
+    print(f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch "
           f"{torch.__version__}, {args.threads} threads, isa {runs[base][0]['_isa']}; group_size "
           f"{args.group_size}, bf16 output; {args.rounds} rounds of alternating processes; load 1m {load:.2f}")
     print()
