@@ -24,6 +24,8 @@ Variants:
   fused        the pass on (split outputs are views where consumers allow)
   fused+clone  (--with-clone) the pass on, every split output cloned
                contiguous (what torchao's pass emits)
+  forced       (--forced) the pass on with its copy-cost gate opened: every
+               compatible group fused, whatever its split copies cost
 
 Consumers: the QKV outputs are returned (graph outputs: the pass must give them
 a contiguous copy, so this is its worst case; at M=1 the split views are
@@ -35,7 +37,7 @@ Needs our kernel (``cmake -G Ninja -S . -B build && cmake --build build``, or
 CPU kernel; the pure-PyTorch reference would be far too slow.
 
     python benchmarks/da8w4_concat_linear_cpu.py [--threads N] [--m 1 4 32 128 512]
-        [--rounds 15] [--round-s 0.25] [--groups qkv gate_up] [--with-clone]
+        [--rounds 15] [--round-s 0.25] [--groups qkv gate_up] [--with-clone] [--forced]
 """
 
 import argparse
@@ -77,15 +79,22 @@ def load_kernel():
 
 
 def _loader():
-    sys.path.insert(0, os.path.join(REPO, "csrc"))
+    # Imported once, outside any compiled frame: touching sys.path inside the
+    # traced forward made dynamo guard on len(sys.path) and recompile every call.
+    csrc = os.path.join(REPO, "csrc")
+    if csrc not in sys.path:
+        sys.path.insert(0, csrc)
     import da8w4_linear_cpu
 
     return da8w4_linear_cpu
 
 
+_LOADER = _loader()
+
+
 def quantize_act(x):
     """torchao's asymmetric per-token uint8 activation quantisation (csrc's)."""
-    return _loader().quantize_activation(x)
+    return _LOADER.quantize_activation(x)
 
 
 class Da8w4Group(nn.Module):
@@ -123,6 +132,9 @@ VARIANTS = {
     "stock": dict(concat=False, clone=False),
     "fused": dict(concat=True, clone=False),
     "fused+clone": dict(concat=True, clone=True),
+    # The pass on with the copy-cost gate opened (every compatible group fused):
+    # what the gate's decision is measured against (--forced).
+    "forced": dict(concat=True, clone=False, gate=False),
 }
 
 _LINEAR_OP = "torchao::da8w4_linear_cpu"
@@ -132,11 +144,14 @@ _STEP_EVENT = "## Call CompiledFxGraph"
 _NOT_LINEAR = ("round", "amax", "silu")
 
 
-def compile_variant(mod, x, concat, clone):
+def compile_variant(mod, x, concat, clone, gate=True):
     from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
     counters.clear()
     pass_mod._always_clone_outputs = clone
+    saved_bytes = pass_mod.SAVED_BYTES_PER_CALL
+    if not gate:
+        pass_mod.SAVED_BYTES_PER_CALL = 1 << 62
     try:
         with inductor_config.patch(
             {
@@ -152,6 +167,7 @@ def compile_variant(mod, x, concat, clone):
             fn(x)
     finally:
         pass_mod._always_clone_outputs = False
+        pass_mod.SAVED_BYTES_PER_CALL = saved_bytes
     fusions = counters["inductor"]["da8w4_concat_linear"]
     # With the pass on it may still decline (split-output copies worth more
     # than the saved calls): then "fused" runs the stock graph, and says so.
@@ -260,6 +276,11 @@ def main(argv=None):
         action="store_true",
         help="also time fused+clone (every split output copied, as torchao's pass)",
     )
+    p.add_argument(
+        "--forced",
+        action="store_true",
+        help="also time forced: the pass on with the copy-cost gate opened",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -267,7 +288,10 @@ def main(argv=None):
     torch._dynamo.config.recompile_limit = 64
     torch._dynamo.config.cache_size_limit = 64
     backend = load_kernel()
-    variants = [v for v in VARIANTS if args.with_clone or v != "fused+clone"]
+    variants = [
+        v for v in VARIANTS
+        if (args.with_clone or v != "fused+clone") and (args.forced or v != "forced")
+    ]
     others = variants[1:]
     print(f"# {machine()}")
     print(
