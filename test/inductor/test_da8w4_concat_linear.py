@@ -350,9 +350,9 @@ class Da8w4ConcatLinearTest(TestCase):
         torch.manual_seed(0)
         mod = Da8w4Linears(64, [64, 32, 32]).eval()
         self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
-        # 2 calls saved are worth 2 * SAVED_BYTES_PER_CALL; all three strided
+        # 2 calls saved are worth 2 * saved_bytes_per_call(); all three strided
         # outputs (128 fp32 features per row) need copies: M just above that.
-        rows = 2 * pass_mod.SAVED_BYTES_PER_CALL // (128 * 4) + 1
+        rows = 2 * pass_mod.saved_bytes_per_call() // (128 * 4) + 1
         with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
             self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
         self.assertIn("need", "\n".join(cm.output))
@@ -363,6 +363,29 @@ class Da8w4ConcatLinearTest(TestCase):
 
         mod = Pointwise(64, [64, 32, 32]).eval()
         self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
+
+    def test_da8w4_concat_linear_copy_cost_gate_threads(self):
+        # A saved call is worth more copy bytes with more threads (measured at 16
+        # threads on an AMX Xeon): an M the gate declines at 2 threads fuses at 16,
+        # up to the budget grown by 16 / 2.
+        from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
+
+        torch.manual_seed(0)
+        mod = Da8w4Linears(64, [64, 32, 32]).eval()
+        per_row = 128 * 4  # three strided fp32 outputs, 128 features
+        rows = 2 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
+        with inductor_config.patch({"cpp.threads": 1}):
+            self.assertEqual(pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL)
+        with inductor_config.patch({"cpp.threads": 2}):
+            self.assertEqual(pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL)
+            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+        with inductor_config.patch({"cpp.threads": 16}):
+            self.assertEqual(
+                pass_mod.saved_bytes_per_call(), 8 * pass_mod.SAVED_BYTES_PER_CALL
+            )
+            self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
+            rows = 2 * 8 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
+            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
 
     def test_da8w4_concat_linear_decode_m1(self):
         # One token: the split outputs are contiguous views, returned as is.

@@ -49,8 +49,9 @@ Decisions:
   get one contiguous ``clone`` instead.
 * A compatible group is declined when the contiguous copies its split outputs
   would need cost more than the calls it saves (``SAVED_BYTES_PER_CALL`` per
-  saved call, on the size hint of M): QKV returned as graph outputs fuses at
-  M=1 (no copy) and M=4, not at M >= 32; gate/up read in place always fuses.
+  saved call, on the size hint of M, scaled by threads / 2 from 2 threads
+  up): QKV returned as graph outputs fuses at M=1 (no copy) and M=4, not at
+  M >= 32 on 2 threads, up to M = 85 on 16; gate/up read in place always fuses.
 * The old constants are removed from the graph module once nothing uses them,
   so the frozen module does not keep the unfused copies alive next to the
   concatenated ones.
@@ -298,10 +299,24 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
-# What one avoided call is worth, in bytes of output copy: about 10 us per call
-# saved (2 threads) at the ~12.6 GB/s a split-output clone runs at on the
-# measured CPU (benchmarks/README.md, "da8w4 concat-linear").
+# What one avoided call is worth, in bytes of output copy, at 1-2 threads:
+# about 10 us per call saved (2 threads) at the ~12.6 GB/s a split-output clone
+# runs at on the measured CPU (benchmarks/README.md, "da8w4 concat-linear").
+# More threads make both the copies and the saved calls count differently: at 16
+# threads on an AMX Xeon, QKV fused with its copies paid 1.05-1.11x at M = 16-128
+# (copies up to 3 MiB), which the 2-thread figure declined.  So the figure
+# grows with threads / 2 (``saved_bytes_per_call``): 1 MiB at 16 threads,
+# still short of the 1.5 MiB per call that M = 128 showed (conservative).
 SAVED_BYTES_PER_CALL = 128 * 1024
+
+
+def saved_bytes_per_call() -> int:
+    """``SAVED_BYTES_PER_CALL`` for the threads the compiled code will use
+    (``config.cpp.threads``, else torch's): scaled by threads / 2, never below
+    the 1-2 thread figure."""
+    from torch._inductor.utils import parallel_num_threads
+
+    return int(SAVED_BYTES_PER_CALL * max(1.0, parallel_num_threads() / 2))
 
 
 def _size_hint(size: Any) -> int | None:
@@ -351,8 +366,9 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
     (benchmarks/README.md, "da8w4 concat-linear").  What it can cost is the
     copy of split outputs that a consumer needs contiguous (graph outputs,
     say), which made large-M groups slower there.  So a group is fused unless those copies are
-    worth more than the calls it saves (``SAVED_BYTES_PER_CALL``), judged on
-    the size hint of M; a split whose outputs are read in place always pays.
+    worth more than the calls it saves (``saved_bytes_per_call()``, which
+    grows with the thread count), judged on the size hint of M; a split whose
+    outputs are read in place always pays.
     """
     if len(linears) < 2:
         log.debug(
@@ -361,7 +377,7 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
         )
         return False
     copy_bytes = _split_copy_bytes(linears)
-    budget = (len(linears) - 1) * SAVED_BYTES_PER_CALL
+    budget = (len(linears) - 1) * saved_bytes_per_call()
     if copy_bytes is None:
         log.debug(
             "skipping da8w4_concat_linear: split outputs of %s need copies and M "
