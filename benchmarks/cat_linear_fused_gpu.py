@@ -5,7 +5,8 @@ column runs the same torch with ``config.cat_linear_fused = False``, so both
 columns share one process, one GPU and one set of inputs).
 
 For every case (shapes of ``shared/bench/cat_linear_gpu_probe.py`` x producer
-{input, relu} x {forward, forward+backward}; ``--producers`` may add ``mixed``: relu on
+{input, relu} x {forward, forward+backward}; ``--producers`` may add ``gelu`` (every part
+made by gelu, as the model benchmark's projections) and ``mixed``: relu on
 the first part only, the others graph inputs) it compiles
 
   stock    F.linear(torch.cat(parts, -1), W)          cat_linear_fused off
@@ -63,6 +64,9 @@ SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
     (8192, (2048, 2048), 1024),
     (4096, (64, 64, 64, 64), 512),
     (2048, (512, 512), 2048),
+    # The site the roofline rule rewrites in benchmarks/cat_linear_fused_model_gpu.py
+    # (two gelu projections fused pairwise), where the model's step gained nothing.
+    (8192, (256, 256), 160),
 ]
 
 
@@ -70,6 +74,8 @@ def make_fn(producer):
     def pre(ps):
         if producer == "mixed":  # relu on the first part, the others graph inputs
             return [torch.relu(ps[0]), *ps[1:]]
+        if producer == "gelu":
+            return [F.gelu(p) for p in ps]
         return [torch.relu(p) for p in ps] if producer == "relu" else list(ps)
 
     def f(W, *ps):

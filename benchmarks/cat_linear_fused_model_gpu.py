@@ -28,6 +28,7 @@ import argparse
 import copy
 import gc
 import json
+import logging
 import os
 import signal
 import statistics
@@ -78,6 +79,33 @@ class FusionHead(nn.Module):
 
 
 
+class SiteDecisions(logging.Handler):
+    """The pass's per-site verdicts (its DEBUG log: "rewrote ... as FORM" and every
+    "skipping ..." reason), each with the site's piece widths and N, so a run says
+    which of the model's sites fired and why the others did not."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    @staticmethod
+    def _site(node):
+        try:
+            cat = node.args[0]
+            widths = [p.meta["example_value"].shape[-1] for p in cat.args[0]]
+            n = node.meta["example_value"].shape[-1]
+            return f"{node.name}[{'+'.join(map(str, widths))}->{n}]"
+        except Exception:
+            return str(node)
+
+    def emit(self, record):
+        args = tuple(self._site(a) if isinstance(a, torch.fx.Node) else a for a in (record.args or ()))
+        try:
+            self.lines.append(record.msg % args)
+        except Exception:
+            self.lines.append(str(record.msg))
+
+
 def worker(args):
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
@@ -116,6 +144,10 @@ def worker(args):
     ref = [t.float() for t in make_step(m32, m32, torch.float32)()]
     eager = make_step(model, model, dtype)()
     ic.cat_linear_fused = args.variant == "patched"
+    decisions = SiteDecisions()
+    pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
+    pass_log.addHandler(decisions)
+    pass_log.setLevel(logging.DEBUG)
     counters.clear()
     torch._dynamo.utils.reset_frame_count()
     step = make_step(model, torch.compile(model), dtype)
@@ -153,6 +185,7 @@ def worker(args):
         "mode": args.mode, "variant": args.variant, "compile_s": compile_s,
         "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear_fused"],
         "benchmarked": counters["inductor"]["cat_linear_fused_bench"],
+        "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
         "phases_s": phases,
         "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
@@ -342,6 +375,9 @@ def main(argv=None):
             print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}/{r['sites']}  "
                   f"benchmarked {r['benchmarked']}  device {kern} µs  host {r['host_us']:.1f} µs  "
                   f"error {r['max_err']:.1e}{'' if r['ok'] else ' FAIL'}", flush=True)  # fmt: skip
+            if variant == "patched" and rep == 0:
+                for line in r["decisions"]:
+                    print(f"    {line}", flush=True)
     rows = [summarize(m, runs[m]) for m in args.modes if runs[m]["stock"] and runs[m]["patched"]]
     meta.update(dtype=args.dtype, small=args.small, wall_s=round(time.perf_counter() - start, 1))
     print("\n" + (markdown(meta, rows) if rows else "no mode has both a stock and a patched run"),
