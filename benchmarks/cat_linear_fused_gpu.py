@@ -22,10 +22,14 @@ kernel sum per step, host overhead excluded) and, as a second column, host-
 inclusive time (``triton.testing.do_bench``, median per call).  The sweep is
 repeated ``--reps`` times, interleaving variants; medians are reported with the
 spread of the repetitions, and stock_aa/stock shows what identical code
-measures as.  It also records the form the pass chose, whether the roofline
-screen declined the site, peak memory of one step, first-call compile time,
-and what upstream 2.15's ``pre_grad_fusion_options["cat_linear"]`` gate rule
-would pick for the case.
+measures as.  On the GPU each variant's step is also broken down by kernel
+(``kernels_<variant>``: µs per call of every kernel, memset and memcpy), and the
+A/A pair's difference kernel by kernel (``aa_kernel_diff``), which says whether
+identical code that times differently moved in the cat's kernel or the GEMM.
+It also records the form the pass chose, whether the roofline screen declined
+the site, peak memory of one step, first-call compile time, and what upstream
+2.15's ``pre_grad_fusion_options["cat_linear"]`` gate rule would pick for the
+case.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_gpu.py --out $OUT/x.json
 """
@@ -47,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_time import kernel_time_us, spread  # noqa: E402
+from device_time import kernel_breakdown_us, kernel_time_us, spread  # noqa: E402
 
 
 SHAPES = [  # (M, Ks, N), from shared/bench/cat_linear_gpu_probe.py
@@ -235,6 +239,13 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device, rank=2):
                     host[v].append(do_bench(runs[v], device))
         finally:
             gc.enable()
+        if device == "cuda":
+            # Which kernels a step spends its time in (after the timed reps):
+            # where stock and stock_aa differ, this names the kernel that moved.
+            for v in variants:
+                row[f"kernels_{v}"] = {
+                    k: round(t, 2) for k, t in kernel_breakdown_us(runs[v]).items()
+                }
         if device != "cuda":  # no device clock: the host time is all there is
             times = host
         for v in variants:
@@ -251,6 +262,12 @@ def run_case(M, Ks, N, producer, bwd, variants, reps, dtype, device, rank=2):
     if "stock_aa" in row:
         row["aa"] = round(row["stock_aa"] / row["stock"], 3)
         row["aa_host"] = round(row["stock_aa_host"] / row["stock_host"], 3)
+        ka, kb = row.get("kernels_stock", {}), row.get("kernels_stock_aa", {})
+        if ka and kb:
+            # The A/A pair's difference, kernel by kernel (µs, stock_aa - stock);
+            # kernels of one compile only appear with their whole time.
+            diff = {k: round(kb.get(k, 0.0) - ka.get(k, 0.0), 2) for k in {*ka, *kb}}
+            row["aa_kernel_diff"] = dict(sorted(diff.items(), key=lambda kv: -abs(kv[1])))
     row["stock_over_floor"] = round(row["stock"] / row["floor"], 3) if "floor" in row else None
     return row
 

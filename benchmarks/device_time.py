@@ -42,6 +42,26 @@ def kernel_time_us(fn: Callable[[], Any], *, calls: int = 20, warmup: int = 3) -
     return total / calls
 
 
+def kernel_breakdown_us(
+    fn: Callable[[], Any], *, calls: int = 20, warmup: int = 3
+) -> dict[str, float]:
+    """``kernel_time_us`` per kernel name: mean GPU time per call of each kernel,
+    memset and memcpy (µs), to say which kernel two timings of a step differ in."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            t = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            per[e.name] = per.get(e.name, 0.0) + t / calls
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
 def host_time_us(fn: Callable[[], Any], *, calls: int = 50, warmup: int = 3) -> float:
     """Wall-clock time per call of ``fn`` (µs), synchronized at both ends of the
     loop: what a caller waits for, host overhead included."""
