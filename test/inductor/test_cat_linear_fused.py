@@ -615,6 +615,26 @@ class CatLinearFusedTest(TestCase):
             self.assertGreaterEqual(bound, cat_linear_fused.GEMM_WITHOUT_BENCHMARK_BOUND)
             self.assertEqual(cat_linear_fused.roofline_decision(spec, bound), expected)
 
+    @parametrize(
+        "producer,expected",
+        [("none", "gemm"), ("relu", "gemm"), ("sigmoid", "bench"), ("silu", "bench"), ("gelu", "bench")],
+    )
+    def test_cat_linear_fused_roofline_decision_prologue(self, producer, expected):
+        # Folding relu is free for the roofline; a transcendental fold runs once per
+        # N tile inside the K loop, which the roofline does not count: benchmark.
+        code = 0 if producer == "none" else cat_linear_fused_gemm.PROLOGUES[producer]
+        spec = cat_linear_fused_bench.BenchSpec(
+            parts=tuple(((8192, 256), (256, 1), False) for _ in range(2)),
+            weight=((160, 512), (512, 1), False),
+            bias=None, fused_producers=(code != 0,) * 2, prologues=(code,) * 2,
+            dtype=torch.bfloat16, device="cuda", backward=False, forms=("view", "addmm", "gemm"),
+            gemm_config=cat_linear_fused_gemm.ONE_LOOP_CONFIG,
+        )  # fmt: skip
+        with self._with_limits(tflops=650.0, dram_gbps=2900.0):
+            bound = cat_linear_fused.speedup_bound(spec)
+            self.assertGreaterEqual(bound, cat_linear_fused.GEMM_WITHOUT_BENCHMARK_BOUND)
+            self.assertEqual(cat_linear_fused.roofline_decision(spec, bound), expected)
+
     def test_cat_linear_fused_no_benchmark_by_default(self):
         # Between the margin and the gemm bound only a benchmark can tell, and
         # that runs only under max_autotune (or force="bench").

@@ -701,12 +701,21 @@ def _should_on_cpu(match: CatLinearMatch) -> str | None:
 # stock; the per-piece kernel (128x256 tiles) paid at compute-bound sites too.
 GEMM_WITHOUT_BENCHMARK_BOUND = 1.3
 
+# Producers the kernel folds that the roofline may count as free: relu (a max).
+# A transcendental fold (sigmoid, silu, gelu) runs in the kernel's K loop once
+# per N tile and the roofline does not count it: with gelu pieces at
+# 256+256 -> 160 the fold took 11.7 of the kernel's 18.1 us on an H100, and
+# the site was 0.97x of stock where the bound promised far more
+# (benchmarks/README.md, "On a model").  Such sites are the benchmark's call.
+CHEAP_PROLOGUES = (0, 1)  # none, relu (cat_linear_fused_gemm.PROLOGUES)
+
 
 def roofline_decision(spec: Any, bound: float | None) -> str:
     """What the roofline alone says of a site: ``"screen"`` (no form can beat
     stock by the margin), ``"gemm"`` (take the gemm form, no benchmark needed;
     not where the one-loop kernel would run a compute-bound GEMM, see
-    ``GEMM_WITHOUT_BENCHMARK_BOUND``) or ``"bench"`` (only a benchmark can
+    ``GEMM_WITHOUT_BENCHMARK_BOUND``, nor where it would fold a transcendental
+    producer, see ``CHEAP_PROLOGUES``) or ``"bench"`` (only a benchmark can
     tell)."""
     from .cat_linear_fused_gemm import ONE_LOOP_CONFIG, whole_k_tiles
 
@@ -724,6 +733,14 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
             log.debug(
                 "%s: the one-loop kernel at a compute-bound GEMM is not clear of stock "
                 "(%s); only a benchmark can tell",
+                _FEATURE,
+                spec.key(),
+            )
+            return "bench"
+        if any(p not in CHEAP_PROLOGUES for p in spec.prologues):
+            log.debug(
+                "%s: a folded transcendental producer costs kernel time the roofline "
+                "does not count (%s); only a benchmark can tell",
                 _FEATURE,
                 spec.key(),
             )
