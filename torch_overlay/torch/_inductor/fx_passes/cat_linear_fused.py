@@ -706,7 +706,8 @@ GEMM_WITHOUT_BENCHMARK_BOUND = 1.3
 # per N tile and the roofline does not count it: with gelu pieces at
 # 256+256 -> 160 the fold took 11.7 of the kernel's 18.1 us on an H100, and
 # the site was 0.97x of stock where the bound promised far more
-# (benchmarks/README.md, "On a model").  Such sites are the benchmark's call.
+# (benchmarks/README.md, "On a model": the site alone, gelu folded).  Such sites
+# are the benchmark's call.
 CHEAP_PROLOGUES = (0, 1)  # none, relu (cat_linear_fused_gemm.PROLOGUES)
 
 
