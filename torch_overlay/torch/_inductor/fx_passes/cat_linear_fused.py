@@ -708,7 +708,7 @@ GEMM_WITHOUT_BENCHMARK_BOUND = 1.3
 # the site was 0.97x of stock where the bound promised far more
 # (benchmarks/README.md, "On a model": the site alone, gelu folded).  Such sites
 # are the benchmark's call.
-CHEAP_PROLOGUES = (0, 1)  # none, relu (cat_linear_fused_gemm.PROLOGUES)
+CHEAP_PROLOGUES = ("relu",)  # names in cat_linear_fused_gemm.PROLOGUES
 
 
 def roofline_decision(spec: Any, bound: float | None) -> str:
@@ -718,7 +718,7 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
     ``GEMM_WITHOUT_BENCHMARK_BOUND``, nor where it would fold a transcendental
     producer, see ``CHEAP_PROLOGUES``) or ``"bench"`` (only a benchmark can
     tell)."""
-    from .cat_linear_fused_gemm import ONE_LOOP_CONFIG, whole_k_tiles
+    from .cat_linear_fused_gemm import ONE_LOOP_CONFIG, PROLOGUES, whole_k_tiles
 
     if bound is None:
         return "bench"
@@ -738,7 +738,8 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
                 spec.key(),
             )
             return "bench"
-        if any(p not in CHEAP_PROLOGUES for p in spec.prologues):
+        cheap = {0, *(PROLOGUES[name] for name in CHEAP_PROLOGUES)}
+        if any(p not in cheap for p in spec.prologues):
             log.debug(
                 "%s: a folded transcendental producer costs kernel time the roofline "
                 "does not count (%s); only a benchmark can tell",
@@ -878,9 +879,16 @@ def cat_linear_fused_pass(graph: torch.fx.Graph) -> int:
         if form is not None:
             decided.append((match, form))
     for match, form in decided:
+        # Named before the rewrite, which erases the nodes that describe it.
+        out = _val(match.linear)
+        site = "%s [%s -> %s]" % (
+            match.linear,
+            "+".join(map(str, match.widths)),
+            "?" if out is None else out.shape[-1],
+        )
         match.rewrite(form)
         counters["inductor"][_FEATURE] += 1
-        log.debug("%s: rewrote %s as %s", _FEATURE, match.linear, form)
+        log.debug("%s: rewrote %s as %s", _FEATURE, site, form)
     return len(decided)
 
 
