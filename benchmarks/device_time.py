@@ -27,19 +27,7 @@ from torch.autograd import DeviceType
 def kernel_time_us(fn: Callable[[], Any], *, calls: int = 20, warmup: int = 3) -> float:
     """Mean GPU busy time per call of ``fn`` (µs): the kernel, memset and memcpy
     durations the profiler records, summed, over ``calls`` back-to-back calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total = sum(
-        e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-    )
-    return total / calls
+    return sum(kernel_breakdown_us(fn, calls=calls, warmup=warmup).values())
 
 
 def kernel_breakdown_us(
