@@ -81,25 +81,23 @@ class FusionHead(nn.Module):
 
 class SiteDecisions(logging.Handler):
     """The pass's per-site verdicts (its DEBUG log: "rewrote ... as FORM" and every
-    "skipping ..." reason), each with the site's piece widths and N, so a run says
-    which of the model's sites fired and why the others did not."""
+    "skipping ..." reason), each with the site's piece widths and N (the pass's own
+    ``describe_site``), so a run says which of the model's sites fired and why the
+    others did not."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.lines = []
 
-    @staticmethod
-    def _site(node):
-        try:
-            cat = node.args[0]
-            widths = [p.meta["example_value"].shape[-1] for p in cat.args[0]]
-            n = node.meta["example_value"].shape[-1]
-            return f"{node.name}[{'+'.join(map(str, widths))}->{n}]"
-        except Exception:
-            return str(node)
-
     def emit(self, record):
-        args = tuple(self._site(a) if isinstance(a, torch.fx.Node) else a for a in (record.args or ()))
+        from torch._inductor.fx_passes.cat_linear_fused import describe_site, LINEAR_TARGETS
+
+        def site(a):
+            if isinstance(a, torch.fx.Node) and a.target in LINEAR_TARGETS:
+                return describe_site(a)
+            return a
+
+        args = tuple(site(a) for a in (record.args or ()))
         try:
             self.lines.append(record.msg % args)
         except Exception:

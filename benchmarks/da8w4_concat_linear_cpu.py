@@ -68,7 +68,7 @@ def load_kernel():
             return "already registered"
     except RuntimeError:
         pass
-    loader = _loader()
+    loader = _LOADER
     if not loader.load():
         sys.exit(
             "da8w4 kernel not built: run `cmake -G Ninja -S . -B build && "

@@ -860,6 +860,21 @@ def choose_form(times: dict[str, float], margin: float | None = None) -> str:
     return "stock"
 
 
+def describe_site(linear: torch.fx.Node) -> str:
+    """``linear_3 [256+256 -> 160]``: a ``linear(cat)`` site as the debug log
+    names it (piece widths and N from the fake values; ``?`` where unknown)."""
+
+    def width(node: Any) -> Any:
+        val = _val(node)
+        return "?" if val is None else val.shape[-1]
+
+    cat = linear.args[0] if linear.args else linear.kwargs.get("input")
+    parts: Any = []
+    if isinstance(cat, torch.fx.Node) and cat.target in CAT_TARGETS:
+        parts = cat.args[0] if cat.args else cat.kwargs.get("tensors", [])
+    return f"{linear} [{'+'.join(str(width(p)) for p in parts)} -> {width(linear)}]"
+
+
 def find_cat_linear_matches(graph: torch.fx.Graph) -> list[CatLinearMatch]:
     matches = []
     for node in graph.nodes:
@@ -879,13 +894,8 @@ def cat_linear_fused_pass(graph: torch.fx.Graph) -> int:
         if form is not None:
             decided.append((match, form))
     for match, form in decided:
-        # Named before the rewrite, which erases the nodes that describe it.
-        out = _val(match.linear)
-        site = "%s [%s -> %s]" % (
-            match.linear,
-            "+".join(map(str, match.widths)),
-            "?" if out is None else out.shape[-1],
-        )
+        # Named before the rewrite erases its nodes; only when it will be logged.
+        site = describe_site(match.linear) if log.isEnabledFor(logging.DEBUG) else None
         match.rewrite(form)
         counters["inductor"][_FEATURE] += 1
         log.debug("%s: rewrote %s as %s", _FEATURE, site, form)
