@@ -650,9 +650,8 @@ class CatLinearFusedTest(TestCase):
                 stub.assert_called_once()
 
     @staticmethod
-    def _decide(args):
-        """should_cat_linear_fused on the one site of ``cat_linear`` traced by
-        Dynamo (no rewrite, no compile)."""
+    def _traced(fn, args):
+        """The graph of ``fn`` as Dynamo hands it to the pre-grad passes."""
         gms = []
 
         def backend(gm, example_inputs):
@@ -660,9 +659,60 @@ class CatLinearFusedTest(TestCase):
             return gm
 
         torch._dynamo.reset()
-        torch.compile(cat_linear, backend=backend)(*args)
-        (match,) = cat_linear_fused.find_cat_linear_matches(gms[0].graph)
+        torch.compile(fn, backend=backend)(*args)
+        return gms[0].graph
+
+    def _decide(self, args, fn=cat_linear):
+        """should_cat_linear_fused on the one site of ``fn`` traced by Dynamo
+        (no rewrite, no compile)."""
+        (match,) = cat_linear_fused.find_cat_linear_matches(self._traced(fn, args))
         return cat_linear_fused.should_cat_linear_fused(match)
+
+    @parametrize("grad", [False, True])
+    def test_cat_linear_fused_graph_roofline_us(self, grad):
+        # 1 us per FLOP and per byte: each op costs max(FLOPs, bytes).
+        limits = cat_linear_fused_cost.DeviceLimits(tflops=1e-6, dram_gbps=1e-3)
+
+        def fn(a, b, w, x, w2):
+            return F.linear(torch.cat([a, b], -1), w), torch.relu(x @ w2)
+
+        a, b, w = make_inputs((8,), (4, 4), 16, bias=False, grad=grad)
+        x, w2 = (torch.randn(8, 32).requires_grad_(grad), torch.randn(32, 2))
+        graph = self._traced(fn, [a, b, w, x, w2])
+        cat = 2 * 8 * 8 * 4  # write + read of the 8 x 8 fp32 buffer
+        linear = max(2 * 8 * 16 * 8, (8 * 8 + 16 * 8 + 8 * 16) * 4)  # FLOPs: 2048
+        matmul = max(2 * 8 * 2 * 32, (8 * 32 + 32 * 2 + 8 * 2) * 4)  # bytes: 1344
+        expected = cat * 2 + (linear + matmul) * 3 if grad else cat + linear + matmul
+        self.assertAlmostEqual(cat_linear_fused.graph_roofline_us(graph, limits), expected)
+
+    def test_cat_linear_fused_small_share_declined(self):
+        # A site the roofline takes in the "gemm" form on its own is declined when
+        # it saves under MIN_STEP_SHARE of its graph's step: here a large GEMM
+        # beside it.  Under max_autotune the benchmark decides instead.
+        def with_big_gemm(a, b, w, x, w2):
+            return F.linear(torch.cat([a, b], -1), w), x @ w2
+
+        site = make_inputs((256,), (64, 64), 64, bias=False, grad=False)
+        big = [torch.randn(256, 2048), torch.randn(2048, 2048)]
+        stub = mock.Mock(return_value={"stock": 9.0, "view": 9.0, "addmm": 9.0, "gemm": 1.0})
+        with self._with_limits(tflops=1e6, dram_gbps=1000.0), mock.patch.object(
+            cat_linear_fused_gemm, "gemm_form_available", return_value=True
+        ), mock.patch.object(
+            cat_linear_fused.CatLinearMatch, "device", torch.device("cuda")
+        ), mock.patch.object(cat_linear_fused_bench, "benchmark_forms", stub):
+            counters.clear()
+            self.assertEqual(self._decide(site), "gemm")
+            self.assertEqual(counters["inductor"]["cat_linear_fused_roofline"], 1)
+            counters.clear()
+            with self.assertLogs(cat_linear_fused.log, level=logging.DEBUG) as cm:
+                self.assertIsNone(self._decide(site + big, fn=with_big_gemm))
+            self.assertEqual(counters["inductor"]["cat_linear_fused_small_share"], 1)
+            self.assertEqual(counters["inductor"]["cat_linear_fused_roofline"], 0)
+            self.assertIn("of its graph's step (roofline)", "\n".join(cm.output))
+            stub.assert_not_called()
+            with inductor_config.patch(max_autotune=True, force_disable_caches=True):
+                self.assertEqual(self._decide(site + big, fn=with_big_gemm), "gemm")
+            stub.assert_called_once()
 
     def _with_limits(self, tflops, dram_gbps):
         limits = cat_linear_fused_cost.DeviceLimits(tflops=tflops, dram_gbps=dram_gbps)

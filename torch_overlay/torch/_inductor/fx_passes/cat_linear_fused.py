@@ -19,8 +19,9 @@ so this pass decides per site:
 * ``should_cat_linear_fused`` (profitability): on CUDA a roofline bound first
   (``cat_linear_fused_cost``: the step without the cat's traffic).  Below the
   margin the site is declined; at ``GEMM_WITHOUT_BENCHMARK_BOUND`` and above, a
-  forward site of whole K tiles takes the ``"gemm"`` form; neither costs a
-  benchmark.  What lies between is left to a compile-time benchmark, only under
+  forward site of whole K tiles takes the ``"gemm"`` form, where it saves at
+  least ``MIN_STEP_SHARE`` of its graph's step (``step_share``: each rewritten
+  site adds a kernel compile); neither costs a benchmark.  What lies between is left to a compile-time benchmark, only under
   ``max_autotune`` (it compiles a kernel per site): the candidate forms for the
   mode the site runs in (forward only, or forward and backward), the ``"gemm"``
   kernel config pinned to the one the compiled code will run, cached in a
@@ -50,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import operator
 import os
 from dataclasses import dataclass, field
@@ -751,6 +753,78 @@ def roofline_decision(spec: Any, bound: float | None) -> str:
     return "bench"
 
 
+# Least share of its graph's step a site taken in the "gemm" form without a
+# benchmark must save (roofline estimates of both, ``step_share``).  Each such
+# site compiles a Triton kernel of its own on a cold cache: on an H100 that
+# added about 1 s (AOTAutograd tracing through the op, then the kernel's compile
+# when the generated module loads) to a 6.5 s compile of a 12-site model, for a
+# site that saved about 1.7 of 594 us per step (benchmarks/README.md, "On a
+# model").  A site under this share is left to the benchmark (max_autotune).
+MIN_STEP_SHARE = 0.05
+
+# Ops whose time ``graph_roofline_us`` counts: the GEMMs (input tensor at this
+# argument position) and the cats of a pre-grad graph.
+_GEMM_INPUT_ARG = {
+    F.linear: 0, torch._C._nn.linear: 0, torch.matmul: 0, torch.mm: 0,
+    torch.bmm: 0, operator.matmul: 0, "matmul": 0, "mm": 0, "bmm": 0,
+    torch.addmm: 1, torch.baddbmm: 1, "addmm": 1, "baddbmm": 1,
+}  # fmt: skip
+
+
+def _numel_hint(val: torch.Tensor) -> int | None:
+    sizes = _concrete(val.shape)
+    return None if sizes is None else math.prod(sizes)
+
+
+def graph_roofline_us(graph: torch.fx.Graph, limits: Any) -> float:
+    """Roofline estimate of a pre-grad graph's step (µs): its GEMMs (three of
+    them where the output needs grad) and its cats (a copy, and the gradient's
+    split where it needs grad) at the device's limits.  Everything else is
+    left out, so the estimate is low and a site's share of it high."""
+    total = 0.0
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        try:
+            idx = _GEMM_INPUT_ARG.get(node.target)
+        except TypeError:  # unhashable target
+            continue
+        is_cat = node.target in CAT_TARGETS or node.target == "cat"
+        if idx is None and not is_cat:
+            continue
+        out = _val(node)
+        out_numel = None if out is None else _numel_hint(out)
+        if out_numel is None:
+            continue
+        passes = 3 if out.requires_grad else 1
+        if is_cat:
+            total += limits.bytes_us(2.0 * out_numel * out.element_size()) * min(passes, 2)
+            continue
+        inputs = [_val(a) for a in node.args if isinstance(a, torch.fx.Node)]
+        a = _val(node.args[idx]) if len(node.args) > idx else None
+        numels = [_numel_hint(v) for v in inputs if v is not None]
+        if a is None or a.dim() == 0 or any(n is None for n in numels):
+            continue
+        k = _concrete(a.shape[-1:])
+        if k is None:
+            continue
+        flops = 2.0 * out_numel * k[0]
+        nbytes = (sum(numels) + out_numel) * out.element_size()  # type: ignore[arg-type]
+        total += limits.roofline_us(flops, nbytes) * passes
+    return total
+
+
+def step_share(match: CatLinearMatch, spec: Any) -> float | None:
+    """The roofline share of its graph's step that rewriting this site saves
+    (the cat's traffic, as in ``speedup_bound``); None without figures."""
+    roofline = _roofline(spec)
+    if roofline is None:
+        return None
+    shape, limits = roofline
+    step = graph_roofline_us(match.linear.graph, limits)
+    return None if step <= 0 else shape.cat_us(limits) / step
+
+
 def _should_by_benchmark(match: CatLinearMatch) -> str | None:
     from . import cat_linear_fused_bench as bench
 
@@ -776,6 +850,18 @@ def _should_by_benchmark(match: CatLinearMatch) -> str | None:
         return None
     benchmark = config.cat_linear_fused_force == "bench" or config.max_autotune
     if verdict == "gemm" and not benchmark:
+        share = step_share(match, spec)
+        if share is not None and share < MIN_STEP_SHARE:
+            counters["inductor"]["cat_linear_fused_small_share"] += 1
+            _skip(
+                "saves about %.1f%% of its graph's step (roofline), less than the "
+                "%.0f%% a kernel compile is worth; only a benchmark (max_autotune) "
+                "could take it at %s",
+                100 * share,
+                100 * MIN_STEP_SHARE,
+                match.linear,
+            )
+            return None
         counters["inductor"]["cat_linear_fused_roofline"] += 1
         return "gemm"
     if not benchmark:

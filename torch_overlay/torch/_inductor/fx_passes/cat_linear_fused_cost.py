@@ -40,6 +40,16 @@ class DeviceLimits:
     tflops: float  # sustained GEMM rate for the dtype
     dram_gbps: float  # sustained copy bandwidth (bytes read + written)
 
+    def flops_us(self, flops: float) -> float:
+        return flops / (self.tflops * 1e6)
+
+    def bytes_us(self, nbytes: float) -> float:
+        return nbytes / (self.dram_gbps * 1e3)
+
+    def roofline_us(self, flops: float, nbytes: float) -> float:
+        """Time of a kernel doing ``flops`` and moving ``nbytes`` at the limits (µs)."""
+        return max(self.flops_us(flops), self.bytes_us(nbytes))
+
 
 # Sizes of the one-off measurement: a GEMM large enough to run at the tensor
 # cores' sustained rate and a copy large enough to stream from DRAM.
@@ -113,7 +123,7 @@ class SiteShape:
         """The GEMM's time at the FLOP rate and at the bandwidth (µs)."""
         flops = 2.0 * self.m * self.n * self.k
         nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
-        return flops / (limits.tflops * 1e6), nbytes / (limits.dram_gbps * 1e3)
+        return limits.flops_us(flops), limits.bytes_us(nbytes)
 
     def gemm_us(self, limits: DeviceLimits) -> float:
         return max(self._gemm_flops_bytes_us(limits))
@@ -125,7 +135,7 @@ class SiteShape:
 
     def cat_us(self, limits: DeviceLimits) -> float:
         k = self.k if self.saved_k is None else self.saved_k
-        return 2.0 * self.m * k * self.itemsize / (limits.dram_gbps * 1e3)
+        return limits.bytes_us(2.0 * self.m * k * self.itemsize)
 
     def speedup_bound(self, limits: DeviceLimits) -> float:
         """Best case of any per-piece form: the step without the cat's traffic."""
