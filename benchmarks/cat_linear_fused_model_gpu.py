@@ -11,7 +11,9 @@ sites, pieces 96 to 1024 wide, made by ``gelu``/``relu`` or taken from graph inp
 
 Each measurement is a fresh process (this script with ``--worker``) with empty
 TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.  It runs the step eagerly (fp32 and
-the benchmark's dtype: the references; CUDA/cuBLAS start-up), times the first call
+the benchmark's dtype: the references; CUDA/cuBLAS start-up) and computes Inductor's
+system key (a hash of Triton's sources that both variants need once per process:
+stock for the FX graph cache key, the pass for its ``LocalCache``), times the first call
 of ``torch.compile(model)`` (compile + first run) with ``config.cat_linear_fused``
 off (stock) or on (patched), checks the outputs and every gradient against fp32
 eager (no further from it than twice eager in the same dtype), then times the step:
@@ -19,6 +21,9 @@ eager (no further from it than twice eager in the same dtype), then times the st
 ``--rounds``.  Stock and patched alternate for ``--reps`` rounds per mode (forward
 under ``no_grad``, forward+backward); round 1 adds a second stock process (A/A: the
 noise of compile time itself).  No round is started that would end past ``--budget-s``.
+The pass's own wall time is recorded per process (its share of stock's compile: with
+no site rewritten, the rest of the compile is stock's); ``--profile-pass`` adds a
+cProfile of it.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_model_gpu.py --out $OUT/model.json
     python benchmarks/cat_linear_fused_model_gpu.py --device cpu --small --reps 1   # dry run
@@ -146,6 +151,16 @@ def worker(args):
     pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
     pass_log.addHandler(decisions)
     pass_log.setLevel(logging.DEBUG)
+    # Inductor's system key (CacheBase.get_system: a hash of Triton's sources, about
+    # 0.4 s once per process) is computed by stock for its FX-graph-cache key and by
+    # the pass for its LocalCache lookup, whichever runs first.  Computed here in
+    # both variants, so that neither compile carries it and the pass's time is its own.
+    from torch._inductor.codecache import CacheBase
+
+    t0 = time.perf_counter()
+    CacheBase.get_system()
+    system_key_s = time.perf_counter() - t0
+    pass_s, profile = time_the_pass(args.profile_pass and args.variant == "patched")
     counters.clear()
     torch._dynamo.utils.reset_frame_count()
     step = make_step(model, torch.compile(model), dtype)
@@ -185,7 +200,7 @@ def worker(args):
         "benchmarked": counters["inductor"]["cat_linear_fused_bench"],
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
-        "phases_s": phases,
+        "phases_s": phases, "pass_s": pass_s, "system_key_s": system_key_s, "pass_profile": profile_top(profile),
         "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
         "host_us": statistics.median(host), "host_us_rounds": host, "batch": B,
         "torch": torch.__version__,
@@ -194,6 +209,43 @@ def worker(args):
     with open(args.result, "w") as f:
         json.dump(res, f)
 
+
+
+def time_the_pass(profile):
+    """Wrap the pass (as the pre-grad hook imports it, at each call) to record
+    its wall time per graph, and with ``profile`` a cProfile of it: what the
+    pass's own share of the compile is spent on."""
+    import cProfile
+
+    from torch._inductor.fx_passes import cat_linear_fused as mod
+
+    inner, times = mod.cat_linear_fused_pass, []
+    prof = cProfile.Profile() if profile else None
+
+    def timed(graph):
+        t0 = time.perf_counter()
+        try:
+            if prof is None:
+                return inner(graph)
+            return prof.runcall(inner, graph)
+        finally:
+            times.append(time.perf_counter() - t0)
+
+    mod.cat_linear_fused_pass = timed
+    return times, prof
+
+
+def profile_top(prof, top=25):
+    """The ``top`` functions by cumulative time in the pass: [seconds, calls, name]."""
+    import pstats
+
+    try:
+        stats = pstats.Stats(prof).stats
+    except TypeError:  # no profile, or the pass never ran
+        return None
+    rows = sorted(stats.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
+    return [[round(ct, 4), nc, f"{os.path.basename(fn)}:{line}({name})"]
+            for (fn, line, name), (cc, nc, tt, ct, callers) in rows]  # fmt: skip
 
 
 def compile_phases():
@@ -229,6 +281,8 @@ def run_worker(args, mode, variant):
                "--variant", "patched" if variant == "patched" else "stock", "--result", result,
                "--device", args.device, "--dtype", args.dtype, "--rounds", str(args.rounds),
                "--batch", str(args.batch)] + (["--small"] if args.small else [])  # fmt: skip
+        if args.profile_pass:
+            cmd.append("--profile-pass")
         # Own process group, so that a timeout also ends its compile workers.
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)  # fmt: skip
@@ -273,6 +327,12 @@ def summarize(mode, runs):
         "ok": all(r["ok"] for r in s + p + aa),
     }  # fmt: skip
     row["phase_deltas"] = phase_deltas(s, p)
+    # The pass's own wall time (all graphs of one process), and its share of
+    # stock's compile: with no site rewritten, the code generated is stock's
+    # and this is the whole of what the pass adds.
+    row["pass_s_patched"] = med([{"v": sum(r["pass_s"])} for r in p if "pass_s" in r], "v")
+    row["pass_share_of_compile"] = ratio(row["pass_s_patched"], cs)
+    row["pass_profile"] = next((r["pass_profile"] for r in p if r.get("pass_profile")), None)
     for k in ("kernel_us", "host_us"):
         row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
         row[f"{k}_patched_over_stock"] = ratio(med(p, k), med(s, k))
@@ -319,6 +379,13 @@ def markdown(meta, rows):
             out += ["", f"{r['mode']}: compile phases that grew most, median s stock -> patched (dynamo's timers):"]
             out += [f"- {d['phase']}: {d['stock_s']:.3f} -> {d['patched_s']:.3f} ({d['delta_s']:+.3f})"
                     for d in r["phase_deltas"]]
+        if r.get("pass_s_patched") is not None:
+            out += ["", f"{r['mode']}: the pass's own time (median per process): "
+                    f"{r['pass_s_patched']:.3f} s, {f(r['pass_share_of_compile'], '%.3f')} "
+                    "of stock's compile"]
+        if r.get("pass_profile"):
+            out += ["", f"{r['mode']}: in the pass (cProfile, cumulative s, calls):"]
+            out += [f"- {t:.3f} s {n}x {name}" for t, n, name in r["pass_profile"][:12]]
     return "\n".join(out)
 
 
@@ -335,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=0, help="rows (0: the size's default)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round that would end later")
     ap.add_argument("--worker-timeout-s", type=float, default=180.0)
+    ap.add_argument("--profile-pass", action="store_true",
+                    help="cProfile the pass in patched processes (its top functions in the JSON)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
