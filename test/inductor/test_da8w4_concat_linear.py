@@ -17,6 +17,7 @@ import unittest
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.test_case import run_tests, TestCase
@@ -343,25 +344,27 @@ class Da8w4ConcatLinearTest(TestCase):
 
     def test_da8w4_concat_linear_copy_cost_gate(self):
         # Returned QKV outputs must be copied out of the fused buffer when M > 1.
-        # Small M: the copies are cheaper than the saved calls, fuse.  Large M:
+        # Small M: the copies are cheaper than the saved calls, fuse.  Larger M:
         # they cost more (measured: QKV M=512 3% slower fused), keep the calls.
         from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
         torch.manual_seed(0)
-        mod = Da8w4Linears(64, [64, 32, 32]).eval()
+        features = [2048, 1024, 1024]
+        mod = Da8w4Linears(64, features).eval()
         self.common(mod, (torch.randn(4, 64),), expected_calls=1, expected_fusions=1)
         # 2 calls saved are worth 2 * saved_bytes_per_call(); all three strided
-        # outputs (128 fp32 features per row) need copies: M just above that.
-        rows = 2 * pass_mod.saved_bytes_per_call() // (128 * 4) + 1
+        # outputs (fp32) need copies: M just above that, below MAX_FUSED_ROWS.
+        rows = 2 * pass_mod.saved_bytes_per_call() // (sum(features) * 4) + 1
+        self.assertLess(rows, pass_mod.MAX_FUSED_ROWS)
         with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
             self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
-        self.assertIn("need", "\n".join(cm.output))
+        self.assertIn("bytes of copies", "\n".join(cm.output))
         # The same M with consumers that read strided views: no copy, fuse.
         class Pointwise(Da8w4Linears):
             def forward(self, x):
                 return sum(y.sum(-1) for y in super().forward(x))
 
-        mod = Pointwise(64, [64, 32, 32]).eval()
+        mod = Pointwise(64, features).eval()
         self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
 
     def test_da8w4_concat_linear_copy_cost_gate_threads(self):
@@ -371,8 +374,9 @@ class Da8w4ConcatLinearTest(TestCase):
         from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
         torch.manual_seed(0)
-        mod = Da8w4Linears(64, [64, 32, 32]).eval()
-        per_row = 128 * 4  # three strided fp32 outputs, 128 features
+        features = [2048, 1024, 1024]
+        mod = Da8w4Linears(64, features).eval()
+        per_row = sum(features) * 4  # three strided fp32 outputs
         rows = 2 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
         with inductor_config.patch({"cpp.threads": 1}):
             self.assertEqual(pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL)
@@ -385,7 +389,30 @@ class Da8w4ConcatLinearTest(TestCase):
             )
             self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
             rows = 2 * 8 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
+            self.assertLess(rows, pass_mod.MAX_FUSED_ROWS)
             self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+
+    @parametrize("threads", [2, 16])
+    def test_da8w4_concat_linear_large_m(self, threads):
+        # Outputs read in place (gate/up into a pointwise consumer) cost no copy,
+        # but from MAX_FUSED_ROWS rows the saved calls are noise against the work
+        # (measured slower fused at 16 threads): the group is left alone, at any
+        # thread count, also when the rows come from two leading dims.
+        from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
+
+        class GateUp(Da8w4Linears):
+            def forward(self, x):
+                gate, up = super().forward(x)
+                return F.silu(gate) * up
+
+        torch.manual_seed(0)
+        mod = GateUp(64, [32, 32], keep_3d=True).eval()
+        big = pass_mod.MAX_FUSED_ROWS
+        with inductor_config.patch({"cpp.threads": threads}):
+            self.common(mod, (torch.randn(1, big - 1, 64),), expected_calls=1, expected_fusions=1)
+            with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
+                self.common(mod, (torch.randn(2, big // 2, 64),), expected_calls=2, expected_fusions=0)
+        self.assertIn(f"{big} rows", "\n".join(cm.output))
 
     def test_da8w4_concat_linear_decode_m1(self):
         # One token: the split outputs are contiguous views, returned as is.

@@ -51,7 +51,10 @@ Decisions:
   would need cost more than the calls it saves (``SAVED_BYTES_PER_CALL`` per
   saved call, on the size hint of M, scaled by threads / 2 from 2 threads
   up): QKV returned as graph outputs fuses at M=1 (no copy) and M=4, not at
-  M >= 32 on 2 threads, up to M = 85 on 16; gate/up read in place always fuses.
+  M >= 32 on 2 threads, up to M = 85 on 16; gate/up read in place fuses.
+* A group with ``MAX_FUSED_ROWS`` rows or more is declined whatever its
+  copies: the saved calls are a fixed few microseconds against milliseconds
+  of work there, and gate/up fused measured slower at 16 threads.
 * The old constants are removed from the graph module once nothing uses them,
   so the frozen module does not keep the unfused copies alive next to the
   concatenated ones.
@@ -310,6 +313,16 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
 SAVED_BYTES_PER_CALL = 128 * 1024
 
 
+# Rows (the product of M's dims, on its size hint) from which a group is left
+# alone even when its split outputs are read in place.  What fusing saves is a
+# fixed per-call cost (about 10 us at 2 threads), nothing of the op's work: at
+# 256 rows a gate/up call takes 17 ms at 16 threads and 35 ms at 512.  There
+# the fused gate/up measured slower on an AMX Xeon at 16 threads: 0.968x at
+# M=256 and 0.851-0.977x at M=512 in four runs; 1.000-1.006x at 1-2 threads
+# (benchmarks/README.md, "da8w4 concat-linear").  No mechanism was found.
+MAX_FUSED_ROWS = 256
+
+
 def saved_bytes_per_call() -> int:
     """``SAVED_BYTES_PER_CALL`` for the threads the compiled code will use
     (``config.cpp.threads``, else torch's): scaled by threads / 2, never below
@@ -326,6 +339,18 @@ def _size_hint(size: Any) -> int | None:
         hint = size.node.shape_env.size_hint(size.node.expr, allow_none=True)
         return int(hint) if hint is not None and hint.is_number else None
     return None
+
+
+def _rows_hint(linears: list[_Da8w4Linear]) -> int | None:
+    """The group's rows (all leading dims of the activation) on their size
+    hints; None if one has none."""
+    rows = 1
+    for d in linears[0].args["input"].meta["val"].shape[:-1]:
+        hint = _size_hint(d)
+        if hint is None:
+            return None
+        rows *= hint
+    return rows
 
 
 def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
@@ -348,13 +373,8 @@ def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
     )
     if copied_features == 0:
         return 0
-    rows = 1
-    for d in act_val.shape[:-1]:
-        hint = _size_hint(d)
-        if hint is None:
-            return None
-        rows *= hint
-    return rows * copied_features * dtype.itemsize
+    rows = _rows_hint(linears)
+    return None if rows is None else rows * copied_features * dtype.itemsize
 
 
 def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
@@ -368,12 +388,22 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
     say), which made large-M groups slower there.  So a group is fused unless those copies are
     worth more than the calls it saves (``saved_bytes_per_call()``, which
     grows with the thread count), judged on the size hint of M; a split whose
-    outputs are read in place always pays.
+    outputs are read in place pays, below ``MAX_FUSED_ROWS`` rows.
     """
     if len(linears) < 2:
         log.debug(
             "skipping da8w4_concat_linear: %s has no compatible partner",
             linears[0].node,
+        )
+        return False
+    rows = _rows_hint(linears)
+    if rows is not None and rows >= MAX_FUSED_ROWS:
+        log.debug(
+            "skipping da8w4_concat_linear: %s has %d rows, at least the %d from "
+            "which the saved calls are noise against the work",
+            linears[0].node,
+            rows,
+            MAX_FUSED_ROWS,
         )
         return False
     copy_bytes = _split_copy_bytes(linears)
