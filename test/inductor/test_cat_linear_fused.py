@@ -177,6 +177,38 @@ class CatLinearFusedTest(TestCase):
 
         self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, force="view")
 
+    def test_cat_linear_fused_graph_index_matches_walk(self):
+        # The pass asks a GraphIndex built once per graph instead of walking the
+        # graph per site: every query must answer as the walk does, also for a
+        # node inserted after the index was built (it falls back to the walk).
+        def fn(a, b, w):
+            x, y = a * 2.0, b + 1.0
+            z = torch.cat([x, y], dim=-1)
+            x.add_(1.0)
+            out = F.linear(z, w)
+            F.relu(y, True)
+            v = x.view(-1)
+            v.mul_(3.0)
+            return out, x.sum(), y.sum()
+
+        graph = self._traced(fn, make_inputs((4,), (8, 8), 16, bias=False, grad=False))
+        index = cat_linear_fused.GraphIndex(graph)
+        with graph.inserting_after(next(iter(graph.nodes))):
+            graph.call_function(torch.neg, (next(iter(graph.nodes)),))
+        nodes = list(graph.nodes)
+        first = cat_linear_fused._first_possible_mutation
+        first_of = cat_linear_fused._first_possible_mutation_of
+        found = set()
+        for i, start in enumerate(nodes):
+            for end in nodes[i:]:
+                got = first(start, end, index)
+                self.assertIs(got, first(start, end))
+                found.add(got)
+            for part in nodes:
+                if cat_linear_fused._val(part) is not None:
+                    self.assertIs(first_of([part], start, index), first_of([part], start))
+        self.assertGreaterEqual(len(found - {None}), 3)  # add_, relu(inplace), mul_
+
     def test_cat_linear_fused_positional_inplace_between(self):
         def fn(a, b, w):
             a = a * 1.0

@@ -48,6 +48,7 @@ before this pass, and whatever it rewrote no longer matches here.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import inspect
 import logging
@@ -149,11 +150,63 @@ def _is_possible_mutation(node: torch.fx.Node) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
+class GraphIndex:
+    """What every site's checks ask of the whole graph, computed once per pass
+    instead of once per site: the order of the nodes and which of them could
+    write to a tensor (``_is_possible_mutation``), and the graph's roofline
+    step (``graph_roofline_us``, per device limits).  Built before any
+    rewrite; a node it does not know (inserted since) makes a query fall back
+    to walking the graph.  Rewrites only add and erase nodes that cannot write,
+    so what it knows stays true."""
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.graph = graph
+        self._pos: dict[torch.fx.Node, int] | None = None  # built on first use
+        self._mutations: list[torch.fx.Node] = []
+        self._mutation_pos: list[int] = []
+        self._step_us: dict[Any, float] = {}
+
+    def _build(self) -> dict[torch.fx.Node, int]:
+        if self._pos is None:
+            self._pos = {}
+            for i, node in enumerate(self.graph.nodes):
+                self._pos[node] = i
+                if _is_possible_mutation(node):
+                    self._mutations.append(node)
+                    self._mutation_pos.append(i)
+        return self._pos
+
+    def mutations_from(
+        self, start: torch.fx.Node | None, end: torch.fx.Node | None = None
+    ) -> list[torch.fx.Node] | None:
+        """The possible mutations from ``start`` up to (not including) ``end``
+        (the graph's end if None), in graph order; None if the index does not
+        know ``start`` or ``end``."""
+        if start is None:
+            return []
+        pos = self._build()
+        lo = pos.get(start)
+        hi = len(pos) if end is None else pos.get(end)
+        if lo is None or hi is None:
+            return None
+        i = bisect.bisect_left(self._mutation_pos, lo)
+        j = bisect.bisect_left(self._mutation_pos, hi)
+        return self._mutations[i:j]
+
+    def step_us(self, limits: Any) -> float:
+        if limits not in self._step_us:
+            self._step_us[limits] = graph_roofline_us(self.graph, limits)
+        return self._step_us[limits]
+
+
 def _first_possible_mutation(
-    start: torch.fx.Node, end: torch.fx.Node
+    start: torch.fx.Node, end: torch.fx.Node, index: GraphIndex | None = None
 ) -> torch.fx.Node | None:
     """The first node from ``start`` up to (not including) ``end`` that could
     write to an existing tensor, or None."""
+    found = None if index is None else index.mutations_from(start, end)
+    if found is not None:
+        return found[0] if found else None
     node = start
     while node is not end:
         if _is_possible_mutation(node):
@@ -173,7 +226,7 @@ def _storage(node: torch.fx.Node) -> Any:
 
 
 def _first_possible_mutation_of(
-    nodes: list[torch.fx.Node], start: torch.fx.Node | None
+    nodes: list[torch.fx.Node], start: torch.fx.Node | None, index: GraphIndex | None = None
 ) -> torch.fx.Node | None:
     """The first node from ``start`` to the end of the graph that could write
     to one of ``nodes`` or to a tensor sharing its storage (a view of it), or
@@ -181,15 +234,19 @@ def _first_possible_mutation_of(
     storages = {_storage(n) for n in nodes}
     if None in storages:
         storages = None  # unknown: every possible mutation counts
+
+    def writes_to_nodes(node: torch.fx.Node) -> bool:
+        return storages is None or any(
+            _storage(inp) in storages or _storage(inp) is None
+            for inp in node.all_input_nodes
+        )
+
+    found = None if index is None else index.mutations_from(start)
+    if found is not None:
+        return next((n for n in found if n.op != "output" and writes_to_nodes(n)), None)
     node = start
     while node is not None and node.op != "output":
-        if _is_possible_mutation(node) and (
-            storages is None
-            or any(
-                _storage(inp) in storages or _storage(inp) is None
-                for inp in node.all_input_nodes
-            )
-        ):
+        if _is_possible_mutation(node) and writes_to_nodes(node):
             return node
         node = node.next
     return None
@@ -286,6 +343,8 @@ class CatLinearMatch:
     widths: list[int] = field(default_factory=list)
     # Producers the "gemm" rewrite folded into its loads (erased once unused).
     _folded: list[torch.fx.Node] = field(default_factory=list, repr=False)
+    # The graph's index, when the match was found by a whole-graph scan.
+    _index: GraphIndex | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         assert len(self.parts) >= 2 and len(self.parts) == len(self.widths)
@@ -324,7 +383,7 @@ class CatLinearMatch:
         folds = []
         for part in self.parts:
             fold = _foldable_prologue(part)
-            if fold is not None and _first_possible_mutation(part.next, self.linear):
+            if fold is not None and _first_possible_mutation(part.next, self.linear, self._index):
                 fold = None
             folds.append(fold)
         return folds
@@ -489,8 +548,11 @@ class CatLinearMatch:
         return out
 
 
-def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
-    """Is rewriting this node exact?  Structure, shapes and dtypes only."""
+def can_cat_linear_fused(
+    linear: torch.fx.Node, index: GraphIndex | None = None
+) -> CatLinearMatch | None:
+    """Is rewriting this node exact?  Structure, shapes and dtypes only.
+    ``index``: the graph's ``GraphIndex`` when many sites are checked."""
     if linear.op != "call_function" or linear.target not in LINEAR_TARGETS:
         return None
     cat = _arg(linear, 0, "input")
@@ -582,7 +644,7 @@ def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
 
     # Pre-grad IR is not functional: the per-piece GEMMs read the parts (and
     # weight) where the linear was, so nothing in between may write to them.
-    mutation = _first_possible_mutation(cat.next, linear)
+    mutation = _first_possible_mutation(cat.next, linear, index)
     if mutation is not None:
         _skip("possible mutation %s between cat and linear at %s", mutation, linear)
         return None
@@ -590,12 +652,12 @@ def can_cat_linear_fused(linear: torch.fx.Node) -> CatLinearMatch | None:
     # autograd saves them (where stock saved the cat's own buffer): a later
     # in-place write to a part, wherever the graph orders it, would corrupt
     # the backward.
-    mutation = _first_possible_mutation_of(list(parts), linear.next)
+    mutation = _first_possible_mutation_of(list(parts), linear.next, index)
     if mutation is not None:
         _skip("possible mutation %s of a part after the linear at %s", mutation, linear)
         return None
 
-    return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
+    return CatLinearMatch(linear, cat, list(parts), weight, bias, widths, _index=index)
 
 
 def _forced_form() -> str | None:
@@ -821,7 +883,8 @@ def step_share(match: CatLinearMatch, spec: Any) -> float | None:
     if roofline is None:
         return None
     shape, limits = roofline
-    step = graph_roofline_us(match.linear.graph, limits)
+    index = match._index or GraphIndex(match.linear.graph)
+    step = index.step_us(limits)
     return None if step <= 0 else shape.cat_us(limits) / step
 
 
@@ -963,9 +1026,10 @@ def describe_site(linear: torch.fx.Node) -> str:
 
 def find_cat_linear_matches(graph: torch.fx.Graph) -> list[CatLinearMatch]:
     matches = []
+    index = GraphIndex(graph)
     for node in graph.nodes:
         if node.op == "call_function" and node.target in LINEAR_TARGETS:
-            match = can_cat_linear_fused(node)
+            match = can_cat_linear_fused(node, index)
             if match is not None:
                 matches.append(match)
     return matches
