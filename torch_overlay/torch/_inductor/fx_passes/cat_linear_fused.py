@@ -21,14 +21,16 @@ so this pass decides per site:
   margin the site is declined; at ``GEMM_WITHOUT_BENCHMARK_BOUND`` and above, a
   forward site of whole K tiles takes the ``"gemm"`` form, where it saves at
   least ``MIN_STEP_SHARE`` of its graph's step (``step_share``: each rewritten
-  site adds a kernel compile); neither costs a benchmark.  What lies between is left to a compile-time benchmark, only under
-  ``max_autotune`` (it compiles a kernel per site): the candidate forms for the
-  mode the site runs in (forward only, or forward and backward), the ``"gemm"``
-  kernel config pinned to the one the compiled code will run, cached in a
-  ``LocalCache`` keyed on shapes, strides, dtype and ``requires_grad``.  Under
-  ``config.deterministic`` nothing measured decides, so CUDA sites keep stock.  On CPU a rule measured
-  with ``benchmarks/cat_linear_fused_cpu.py`` (``_should_on_cpu``).  ``config.cat_linear_fused_force``
-  overrides the decision (tests, investigations).
+  site adds a kernel compile); neither costs a benchmark.  What lies between
+  is left to a compile-time benchmark, only under ``max_autotune`` (it
+  compiles a kernel per site): the candidate forms for the mode the site runs
+  in (forward only, or forward and backward), the ``"gemm"`` kernel config
+  pinned to the one the compiled code will run, cached in a ``LocalCache``
+  keyed on shapes, strides, dtype and ``requires_grad``.  Under
+  ``config.deterministic`` nothing measured decides, so CUDA sites keep
+  stock.  On CPU a rule measured with ``benchmarks/cat_linear_fused_cpu.py``
+  (``_should_on_cpu``).  ``config.cat_linear_fused_force`` overrides the
+  decision (tests, investigations).
 
 Candidate forms (see ``CatLinearMatch.rewrite``):
 
