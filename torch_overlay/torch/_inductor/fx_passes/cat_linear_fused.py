@@ -245,7 +245,7 @@ def _first_possible_mutation_of(
 
     found = None if index is None else index.mutations_from(start)
     if found is not None:
-        return next((n for n in found if n.op != "output" and writes_to_nodes(n)), None)
+        return next((n for n in found if writes_to_nodes(n)), None)
     node = start
     while node is not None and node.op != "output":
         if _is_possible_mutation(node) and writes_to_nodes(node):
@@ -1019,10 +1019,10 @@ def describe_site(linear: torch.fx.Node) -> str:
         val = _val(node)
         return "?" if val is None else val.shape[-1]
 
-    cat = linear.args[0] if linear.args else linear.kwargs.get("input")
+    cat = _arg(linear, 0, "input")
     parts: Any = []
     if isinstance(cat, torch.fx.Node) and cat.target in CAT_TARGETS:
-        parts = cat.args[0] if cat.args else cat.kwargs.get("tensors", [])
+        parts = _arg(cat, 0, "tensors", [])
     return f"{linear} [{'+'.join(str(width(p)) for p in parts)} -> {width(linear)}]"
 
 

@@ -353,11 +353,11 @@ def _rows_hint(linears: list[_Da8w4Linear]) -> int | None:
     return rows
 
 
-def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
+def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int | None) -> int | None:
     """Bytes the fused group would copy: split outputs that are strided views
     and have a consumer that cannot read a strided view (graph outputs, say)
-    get one contiguous clone each.  None if copies are needed and M has no
-    size hint."""
+    get one contiguous clone each, of ``rows`` (``_rows_hint``) rows.  None if
+    copies are needed and M has no size hint."""
     act_val = linears[0].args["input"].meta["val"]
     fake_mode = detect_fake_mode([act_val])
     assert fake_mode is not None
@@ -373,7 +373,6 @@ def _split_copy_bytes(linears: list[_Da8w4Linear]) -> int | None:
     )
     if copied_features == 0:
         return 0
-    rows = _rows_hint(linears)
     return None if rows is None else rows * copied_features * dtype.itemsize
 
 
@@ -406,7 +405,7 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
             MAX_FUSED_ROWS,
         )
         return False
-    copy_bytes = _split_copy_bytes(linears)
+    copy_bytes = _split_copy_bytes(linears, rows)
     budget = (len(linears) - 1) * saved_bytes_per_call()
     if copy_bytes is None:
         log.debug(
