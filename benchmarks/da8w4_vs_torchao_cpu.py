@@ -216,7 +216,7 @@ def main():
     parser.add_argument("--clock-ghz", type=float, default=None)
     parser.add_argument("--variant", action="append", default=[], help="NAME:VAR=VALUE[,VAR=VALUE]")
     parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "torchao_da8w4_build"))
-    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--json", help="also write the results here (and each finished worker's times to JSON.partial)")
     parser.add_argument("--worker", choices=("ours", "torchao"), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
@@ -249,6 +249,9 @@ def main():
             for tag, kind, env in order:
                 print(f"round {r}: {tag}", file=sys.stderr, flush=True)
                 runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and tag in ("torchao", "ours"))))
+                if args.json:  # every finished worker's times (s per call), in case the run is cut short
+                    with open(args.json + ".partial", "w") as f:
+                        json.dump(runs, f)
         med = {tag: {key: statistics.median(run[key] for run in rs) for key in rs[0]} for tag, rs in runs.items()}
 
         print(f"Machine: {machine(args.threads)}; group_size {args.group_size}; bf16 output; asymmetric uint8 "
