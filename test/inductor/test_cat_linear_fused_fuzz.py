@@ -1,13 +1,13 @@
 # Owner(s): ["module: inductor"]
 """
-Differential fuzzing of the cat_linear_fused pre-grad pass against eager.
+Differential fuzzing of the ``cat_linear`` pre-grad fusion against eager.
 
-Property: for every generated ``linear(cat(...))`` program and every forced
-form (``config.cat_linear_fused_force``: "view", "addmm", "gemm" where CUDA
-exists) and the real decision ("bench" and the default), the compiled program
-either leaves the site alone (counter ``cat_linear_fused`` == 0) or matches
-eager within the dtype's tolerance, forward and backward.  Every compiled
-result is compared with eager whether or not the pass fired.
+Property: for every generated ``linear(cat(...))`` program, every forced form
+(``pre_grad_fusion_options["cat_linear"]["form"]``: "view", "mm") and the
+fusion's own decision, the compiled program either leaves the site alone
+(counter ``cat_linear`` == 0) or matches eager within the dtype's tolerance,
+forward and backward.  Every compiled result is compared with eager whether
+or not the fusion fired.
 
 Cases vary the part count and widths (not only multiples of 8), 2-D and 3-D
 inputs, fp32/bf16/fp16, bias or none, the parts' producers (pointwise ops,
@@ -19,6 +19,7 @@ The seed is fixed (derandomized); PATCHSET_FUZZ_LONG=1 runs 10x as many
 cases.
 """
 
+import contextlib
 import dataclasses
 import os
 import unittest
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
+from torch._inductor.fx_passes.pre_grad import pre_grad_passes
 from torch._inductor.test_case import run_tests, TestCase
 from torch.testing._internal.common_utils import IS_LINUX
 from torch.testing._internal.inductor_utils import HAS_CPU, HAS_CUDA_AND_TRITON
@@ -39,8 +41,6 @@ try:
     HAS_HYPOTHESIS = True
 except ImportError:  # pragma: no cover
     HAS_HYPOTHESIS = False
-
-HAS_PASS = hasattr(inductor_config, "cat_linear_fused")
 
 # CI: 30 s per file and base on 2 cores; PATCHSET_FUZZ_LONG=1: 10x the cases.
 LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
@@ -66,7 +66,7 @@ INPLACE = (
     "cat_after",  # x.add_(1) on the cat after the linear
 )
 OTHER_USERS = (None, "part", "cat")
-FORCES = ["view", "addmm", "bench", None] + (["gemm"] if HAS_CUDA_AND_TRITON else [])
+FORCES = ["view", "mm", None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,8 +226,6 @@ def pre_grad_aot_eager(gm, example_inputs):
     """Inductor's pre-grad passes (this pass among them, as Inductor calls
     them), then AOTAutograd with eager forward/backward: everything the
     rewrite touches, without Inductor's codegen and C++ compile."""
-    from torch._inductor.fx_passes.pre_grad import pre_grad_passes
-
     gm = pre_grad_passes(gm, example_inputs)
     return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
@@ -257,7 +255,6 @@ def eager_run(fn, args, grad):
         raise
 
 
-@unittest.skipUnless(HAS_PASS, "needs the inductor-cat-linear-fused patch")
 class CatLinearFusedFuzzTest(TestCase):
     def check_case(self, case, backend="inductor"):
         self.run_case(case, backend)
@@ -281,12 +278,11 @@ class CatLinearFusedFuzzTest(TestCase):
                 torch._dynamo.maybe_mark_dynamic(a, lead_dim(case, i))
         torch._dynamo.reset()
         counters.clear()
-        with inductor_config.patch(
-            cat_linear_fused=True, cat_linear_fused_force=case.force
-        ):
+        options = {} if case.force is None else {"form": case.force}
+        with inductor_config.patch(pre_grad_fusion_options={"cat_linear": options}):
             compiled = torch.compile(fn, backend=backend)
             outs = compiled(*cmp_args)
-            fired = counters["inductor"]["cat_linear_fused"]
+            fired = counters["inductor"]["cat_linear"]
             if _in_hypothesis():
                 event(f"force={case.force} rewrote={bool(fired)}")
             # the pass never fires where it must not
@@ -315,7 +311,7 @@ class CatLinearFusedFuzzTest(TestCase):
                 args2 = make_inputs(case, lead=lead)
                 ref2 = eager_run(fn, [a.detach().clone().requires_grad_(case.grad) for a in args2], False)
                 if ref2 is not None:
-                    with torch.no_grad() if not case.grad else _null():
+                    with torch.no_grad() if not case.grad else contextlib.nullcontext():
                         outs2 = compiled(*[a.detach().clone().requires_grad_(case.grad) for a in args2])
                     for o, r in zip(outs2, ref2[0]):
                         self.assertEqual(o, r, **tol, msg=f"second size differs: {case}")
@@ -329,7 +325,7 @@ class CatLinearFusedFuzzTest(TestCase):
         self.check_case(case, backend=pre_grad_aot_eager)
 
     @fuzz_settings(3 * SCALE)
-    @given(case=cases(forces=("view", "addmm", None)))
+    @given(case=cases(forces=("view", "mm", None)))
     def test_cat_linear_fused_fuzz_inductor_cpu(self, case):
         self.check_case(case)
 
@@ -341,12 +337,11 @@ class CatLinearFusedFuzzTest(TestCase):
 
     @unittest.skipUnless(HAS_CUDA_AND_TRITON, "needs CUDA")
     @fuzz_settings(10 * SCALE)
-    @given(case=cases(device="cuda", forces=("view", "addmm", "gemm", None)))
+    @given(case=cases(device="cuda", forces=("view", "mm", None)))
     def test_cat_linear_fused_fuzz_inductor_cuda(self, case):
         self.check_case(case)
 
 
-@unittest.skipUnless(HAS_PASS, "needs the inductor-cat-linear-fused patch")
 class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
     """Shrunk counterexamples the fuzzer found, as plain tests."""
 
@@ -361,7 +356,7 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
     # per-piece forms would save the part, which the later add_ modifies (the
     # compile failed in AOTAutograd).  The pass now leaves such sites alone.
     def test_cat_linear_fused_inplace_on_part_after_linear_backward(self):
-        for force in ("view", "addmm"):
+        for force in ("view", "mm"):
             self.run_case(
                 Case(
                     widths=(1, 1), lead=(1,), n=1, dtype=torch.float32, bias=False,
@@ -375,7 +370,7 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
     # outside the graph's fake mode, where 2.11's matmul cannot take symbolic
     # sizes ("Cannot call numel() on tensor with symbolic sizes/strides").
     def test_cat_linear_fused_dynamic_3d_fake_values(self):
-        for force in ("view", "addmm"):
+        for force in ("view", "mm"):
             self.run_case(
                 Case(
                     widths=(1, 1), lead=(2, 2), n=1, dtype=torch.float32, bias=False,
@@ -394,14 +389,6 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
                 other_user=None, user_part=0, dynamic=False, grad=True, force=None,
             )
         )  # fmt: skip
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

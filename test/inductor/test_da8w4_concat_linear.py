@@ -2,7 +2,9 @@
 """
 Tests for the post-grad pass that concatenates ``torchao::da8w4_linear_cpu``
 calls sharing a quantized activation (``config.cpp.enable_concat_linear`` with
-freezing).
+freezing).  The pass is a client of the custom pass registry: this module
+registers it once (``register_da8w4_concat_linear_cpu_pass``), as torchao's
+quantization flow would.
 
 The op comes from torchao (or from a kernel built next to these patches).
 When no CPU kernel is registered, this file defines the op's schema (if
@@ -20,6 +22,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.custom_pass_registry import (
+    custom_pass_cache_details,
+    list_custom_passes,
+    register_custom_pass,
+)
+from torch._inductor.fx_passes import da8w4_concat_linear as pass_module
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
@@ -142,6 +151,14 @@ def _fake_linear(input, input_scales, input_qzeros, weight, *args):
 
 
 _REFERENCE_LIB = None
+
+
+def setUpModule():
+    pass_module.register_da8w4_concat_linear_cpu_pass()
+
+
+def tearDownModule():
+    pass_module.register_da8w4_concat_linear_cpu_pass().remove()
 
 
 def _ensure_ops():
@@ -594,7 +611,7 @@ class Da8w4ConcatLinearTest(TestCase):
 
 def _compile_and_capture_post_grad(mod, x):
     """Compile ``mod`` frozen with the pass on; return the post-grad graph
-    module (captured by a custom post pass) and the compiled output."""
+    module (captured by a pass registered to run after it) and the output."""
     captured = {}
 
     def capture(graph):
@@ -602,13 +619,16 @@ def _compile_and_capture_post_grad(mod, x):
 
     torch._dynamo.reset()
     counters.clear()
-    with inductor_config.patch(
-        {
-            "freezing": True,
-            "cpp.enable_concat_linear": True,
-            "post_grad_custom_post_pass": capture,
-        }
-    ), torch.no_grad():
+    with (
+        register_custom_pass(
+            "post_grad_custom_post_pass",
+            capture,
+            name="test.capture",
+            after=pass_module.PASS_NAME,
+        ),
+        inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}),
+        torch.no_grad(),
+    ):
         out = torch.compile(mod)(x)
     return captured["gm"], out
 
@@ -756,7 +776,7 @@ class Da8w4ConcatLinearPassTest(TestCase):
         )
 
         counters.clear()
-        with inductor_config.patch(freezing=True):
+        with inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}):
             da8w4_concat_linear_pass(gm)
         gm.graph.lint()
         gm.recompile()
@@ -800,10 +820,93 @@ class Da8w4ConcatLinearPassTest(TestCase):
         )
 
         counters.clear()
-        with inductor_config.patch(freezing=False):
-            da8w4_concat_linear_pass(gm)
+        for freezing, concat in ((False, True), (True, False)):
+            with inductor_config.patch(
+                {"freezing": freezing, "cpp.enable_concat_linear": concat}
+            ):
+                da8w4_concat_linear_pass(gm)
         self.assertEqual(counters["inductor"]["da8w4_concat_linear"], 0)
         self.assertEqual(str(gm.graph), before)
+
+
+class _CountingPass(CustomGraphPass):
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, graph):
+        self.calls += 1
+
+    def uuid(self):
+        return "test.counting.v1"
+
+
+class Da8w4ConcatLinearRegistryTest(TestCase):
+    """The pass as the registry's client: it composes with other passes at
+    its stage and keeps the FX graph cache usable."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        _ensure_ops()
+
+    def _compile(self, mod, x):
+        torch._dynamo.reset()
+        counters.clear()
+        with (
+            inductor_config.patch(
+                {"freezing": True, "cpp.enable_concat_linear": True}
+            ),
+            torch.no_grad(),
+        ):
+            return torch.compile(mod)(x)
+
+    def test_da8w4_concat_linear_registered_once(self):
+        handle = pass_module.register_da8w4_concat_linear_cpu_pass()
+        self.assertIs(pass_module.register_da8w4_concat_linear_cpu_pass(), handle)
+        stage = "post_grad_custom_post_pass"
+        names = [p.name for p in list_custom_passes(stage)[stage]]
+        self.assertEqual(names.count(pass_module.PASS_NAME), 1)
+
+    def test_da8w4_concat_linear_composes_with_other_passes(self):
+        # A user pass registered at the same stage and one assigned to the
+        # config field both run, and the fusion still happens.
+        torch.manual_seed(0)
+        mod, x = Da8w4Linears(64, (32, 64)), torch.randn(4, 64)
+        registered, assigned = _CountingPass(), _CountingPass()
+        with (
+            register_custom_pass(
+                "post_grad_custom_post_pass", registered, name="user.counting"
+            ),
+            inductor_config.patch(post_grad_custom_post_pass=assigned),
+        ):
+            self._compile(mod, x)
+        self.assertEqual(counters["inductor"]["da8w4_concat_linear"], 1)
+        self.assertEqual((registered.calls, assigned.calls), (1, 1))
+
+    def test_da8w4_concat_linear_cache_key(self):
+        # The pass's (name, uuid) is in the FX graph cache key, so a second
+        # compile hits the cache instead of bypassing it; removing the pass
+        # changes the key.
+        details = custom_pass_cache_details(include_pre_grad=False)
+        self.assertIn(pass_module.PASS_NAME, str(details))
+        torch.manual_seed(0)
+        mod, x = Da8w4Linears(64, (32, 64)), torch.randn(4, 64)
+        with inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False):
+            first = self._compile(mod, x)
+            self.assertEqual(counters["inductor"]["fxgraph_cache_miss"], 1)
+            self.assertEqual(counters["inductor"]["fxgraph_cache_bypass"], 0)
+            second = self._compile(mod, x)
+            self.assertEqual(counters["inductor"]["fxgraph_cache_hit"], 1)
+        for a, b in zip(first, second):
+            self.assertTrue(torch.equal(a, b))
+        pass_module.register_da8w4_concat_linear_cpu_pass().remove()
+        try:
+            self.assertNotIn(
+                pass_module.PASS_NAME,
+                str(custom_pass_cache_details(include_pre_grad=False)),
+            )
+        finally:
+            pass_module.register_da8w4_concat_linear_cpu_pass()
 
 
 if __name__ == "__main__":

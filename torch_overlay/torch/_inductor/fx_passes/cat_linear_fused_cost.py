@@ -1,162 +1,204 @@
 """
-Roofline screen in front of ``cat_linear_fused``'s compile-time benchmark.
+Whether ``linear(cat(parts, -1), W, b)`` is worth computing without the cat.
 
-Every per-piece form computes the same GEMM as stock; all it can save is the
-cat: one write and one read of the ``M x K`` activation.  So however good a
-form is, the step cannot get faster than
-
-    (cat + GEMMs) / GEMMs
-
-with the GEMMs at their roofline time (the larger of FLOPs at the rate a large
-GEMM sustains and bytes at the bandwidth a large copy sustains) and the cat at
-that bandwidth.  Forward only
-there is one GEMM; forward+backward three (the input and weight gradients).
-Where that best case is below ``config.cat_linear_fused_bench_margin``, the site
-is declined without benchmarking: the large GEMMs, where the cat is a few
-percent of the step.  The two limits are measured on the device once (and
-cached), not read from a datasheet table: Inductor's tables and Triton's
-clock-based estimate differ from release to release, and on torch 2.11 the
-estimate put an H100 at under 1 TFLOPS, which declined every site.  A form's
-GEMM runs no faster than the library GEMM the limit was measured with, so the
-bound is optimistic for every form.  Measured on an H100: benchmarks/README.md,
-"cat_linear_fused".
+Every form computes the same GEMM as stock; all it can save is the cat: one
+write and one read of the ``M x K`` activation, for the pieces whose trip
+through the cat buffer is not free (stock writes a pointwise producer's output
+straight into the buffer).  So at best the step gets ``(gemm + cat) / gemm``
+faster, with both at their roofline cost.  Only the device's ridge point (the
+FLOPs it sustains per byte of DRAM traffic) enters that ratio, and it comes
+from device properties torch already knows; nothing is timed at compile time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import logging
-import math
-from dataclasses import dataclass
 
 import torch
 
 
-log = logging.getLogger(__name__)
+# Sustained fractions of the peak GEMM rate and of the peak DRAM bandwidth:
+# benchmarks/README.md, "cat_linear: the cost model".
+GEMM_EFFICIENCY = 0.65
+COPY_EFFICIENCY = 0.87
 
+# Dense fp16/bf16 tensor-core FLOPs per SM per clock, by compute capability.
+_FLOPS_PER_SM_CLOCK = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
 
-@dataclass(frozen=True)
-class DeviceLimits:
-    tflops: float  # sustained GEMM rate for the dtype
-    dram_gbps: float  # sustained copy bandwidth (bytes read + written)
-
-    def flops_us(self, flops: float) -> float:
-        return flops / (self.tflops * 1e6)
-
-    def bytes_us(self, nbytes: float) -> float:
-        return nbytes / (self.dram_gbps * 1e3)
-
-    def roofline_us(self, flops: float, nbytes: float) -> float:
-        """Time of a kernel doing ``flops`` and moving ``nbytes`` at the limits (µs)."""
-        return max(self.flops_us(flops), self.bytes_us(nbytes))
-
-
-# Sizes of the one-off measurement: a GEMM large enough to run at the tensor
-# cores' sustained rate and a copy large enough to stream from DRAM.
-_PROBE_MNK = 4096
-_PROBE_COPY_BYTES = 256 * 2**20
-
-
-def _cache_key(name: str, dtype: torch.dtype) -> str:
-    return f"cat_linear_fused_roofline|v1|{name}|{dtype}"
+# A form must be at least this much faster than stock on the roofline: below
+# it, kernel efficiency decides, which the roofline cannot see.
+MARGIN = 1.1
+# Best case from which the in-place GEMM is taken without a benchmark: its
+# Triton kernel trails cuBLAS on a ready input by up to this much at whole-K
+# -tile sites (benchmarks/README.md, "cat_linear: the cost model").
+MM_WITHOUT_BENCHMARK = 1.3
+# Least share of its graph's step a site must save to be worth a kernel
+# compile of its own (benchmarks/README.md, "cat_linear: compile time").
+MIN_STEP_SHARE = 0.05
+# The in-place GEMM's K tile: pieces of whole tiles run unmasked.
+BLOCK_K = 64
+# Widest piece for which the one-loop kernel runs; at a compute-bound GEMM it
+# trails cuBLAS too far to be taken without a benchmark.
+ONE_LOOP_MAX_WIDTH = 256
+# The CPU rule (benchmarks/README.md, "cat_linear: CPU rule"): the "view" form
+# pays forward+backward from this many rows, pieces this wide, and this share
+# of K written by in-graph pointwise producers.
+CPU_MIN_ROWS = 256
+CPU_MIN_PIECE_WIDTH = 64
+CPU_MIN_PRODUCED_SHARE = 1 / 3
 
 
 @functools.cache
-def _cuda_limits(device: torch.device, name: str, dtype: torch.dtype) -> DeviceLimits | None:
-    from torch._inductor.runtime.benchmarking import benchmarker
-    from torch.utils._mode_utils import no_dispatch
-
-    from .cat_linear_fused_bench import get_cat_linear_cache
-
-    key = _cache_key(name, dtype)
-    cached = get_cat_linear_cache().lookup(key)
-    if cached is not None:
-        return DeviceLimits(*cached)  # type: ignore[misc]
-    try:
-        with no_dispatch(), torch.no_grad():
-            n = _PROBE_MNK
-            a = torch.randn(n, n, dtype=dtype, device=device)
-            b = torch.randn(n, n, dtype=dtype, device=device)
-            mm_ms = benchmarker.benchmark_gpu(lambda: a @ b, warmup=5, rep=20)
-            src = torch.empty(_PROBE_COPY_BYTES, dtype=torch.uint8, device=device)
-            dst = torch.empty_like(src)
-            copy_ms = benchmarker.benchmark_gpu(lambda: dst.copy_(src), warmup=5, rep=20)
-            del a, b, src, dst
-    except Exception:
-        log.debug("could not measure roofline limits of %s %s", name, dtype, exc_info=True)
+def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
+    """Sustained GEMM FLOPs per byte of DRAM traffic on a CUDA device, from
+    its properties; None where they are unknown."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
         return None
-    limits = DeviceLimits(
-        tflops=2.0 * n**3 / (mm_ms * 1e-3) / 1e12,
-        dram_gbps=2.0 * _PROBE_COPY_BYTES / (copy_ms * 1e-3) / 1e9,
-    )
-    log.debug("measured roofline limits of %s %s: %s", name, dtype, limits)
-    get_cat_linear_cache().set_value(key, value=[limits.tflops, limits.dram_gbps])
-    return limits
-
-
-def device_limits(device: torch.device, dtype: torch.dtype) -> DeviceLimits | None:
-    """The GEMM rate and copy bandwidth the device sustains, measured once per
-    device and dtype (a 4096^3 GEMM and a 256 MiB copy, about 0.1 s) and kept
-    in Inductor's ``LocalCache``; None off CUDA (nothing is screened there)."""
-    if device.type != "cuda" or not torch.cuda.is_available():
+    if not torch.cuda.is_available() or torch.version.hip is not None:
         return None
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return _cuda_limits(device, torch.cuda.get_device_name(device), dtype)
+    props = torch.cuda.get_device_properties(device)
+    per_clock = _FLOPS_PER_SM_CLOCK.get((props.major, props.minor))
+    sm_khz = getattr(props, "clock_rate", 0)
+    mem_khz = getattr(props, "memory_clock_rate", 0)
+    bus_bits = getattr(props, "memory_bus_width", 0)
+    if not (per_clock and sm_khz and mem_khz and bus_bits):
+        return None
+    flops = props.multi_processor_count * sm_khz * 1e3 * per_clock
+    dram = mem_khz * 1e3 * 2 * bus_bits / 8  # double data rate
+    return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 
 
-@dataclass(frozen=True)
-class SiteShape:
-    """A ``linear(cat)`` site as the roofline sees it."""
-
-    m: int  # rows (all leading dims)
-    k: int  # summed piece widths
-    n: int  # output features
-    itemsize: int
-    backward: bool
-    # Summed width of the pieces whose trip through a cat buffer a form saves:
-    # all of them, less pieces whose pointwise producer would need a kernel of
-    # its own without the cat (stock fuses it into the cat's kernel).
-    saved_k: int | None = None
-
-    def _gemm_flops_bytes_us(self, limits: DeviceLimits) -> tuple[float, float]:
-        """The GEMM's time at the FLOP rate and at the bandwidth (µs)."""
-        flops = 2.0 * self.m * self.n * self.k
-        nbytes = (self.m * self.k + self.n * self.k + self.m * self.n) * self.itemsize
-        return limits.flops_us(flops), limits.bytes_us(nbytes)
-
-    def gemm_us(self, limits: DeviceLimits) -> float:
-        return max(self._gemm_flops_bytes_us(limits))
-
-    def compute_bound(self, limits: DeviceLimits) -> bool:
-        """Whether the GEMM's roofline time is set by its FLOPs, not its bytes."""
-        flops_us, bytes_us = self._gemm_flops_bytes_us(limits)
-        return flops_us >= bytes_us
-
-    def cat_us(self, limits: DeviceLimits) -> float:
-        k = self.k if self.saved_k is None else self.saved_k
-        return limits.bytes_us(2.0 * self.m * k * self.itemsize)
-
-    def speedup_bound(self, limits: DeviceLimits) -> float:
-        """Best case of any per-piece form: the step without the cat's traffic."""
-        gemms = self.gemm_us(limits) * (3 if self.backward else 1)
-        return (gemms + self.cat_us(limits)) / gemms
+def roofline(flops: float, nbytes: float, ridge: float) -> float:
+    """A kernel's roofline cost, in bytes moved at the sustained bandwidth."""
+    return max(flops / ridge, nbytes)
 
 
-def site_shape(
-    part_shapes: list[tuple[int, ...]],
-    n: int,
-    dtype: torch.dtype,
-    backward: bool,
-    saved: list[bool] | None = None,
-) -> SiteShape:
-    lead = part_shapes[0][:-1]
-    widths = [s[-1] for s in part_shapes]
-    return SiteShape(
-        m=math.prod(lead),
-        k=sum(widths),
-        n=n,
-        itemsize=torch.empty((), dtype=dtype).element_size(),
-        backward=backward,
-        saved_k=None if saved is None else sum(w for w, keep in zip(widths, saved) if keep),
-    )
+@dataclasses.dataclass(frozen=True)
+class CatLinearSite:
+    """A ``linear(cat)`` site as the decision sees it (sizes on their hints)."""
+
+    rows: int
+    widths: tuple[int, ...]
+    n: int
+    dtype: torch.dtype
+    device: torch.device
+    needs_grad: bool
+    # Per part: written by a pointwise op that stock fuses into the cat.
+    produced: tuple[bool, ...]
+    max_autotune: bool = False
+
+    @property
+    def k(self) -> int:
+        return sum(self.widths)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def _gemm_flops_bytes(self) -> tuple[float, float]:
+        flops = 2.0 * self.rows * self.n * self.k
+        nbytes = ((self.rows + self.n) * self.k + self.rows * self.n) * self.itemsize
+        return flops, nbytes
+
+    def gemm_cost(self, ridge: float) -> float:
+        return roofline(*self._gemm_flops_bytes(), ridge)
+
+    def cat_cost(self) -> float:
+        """The cat traffic a form saves: every piece forward+backward (the
+        saved cat and its gradient go away), else the pieces without a fused
+        producer."""
+        saved = sum(
+            w for w, p in zip(self.widths, self.produced) if self.needs_grad or not p
+        )
+        return 2.0 * self.rows * saved * self.itemsize
+
+    def speedup_bound(self, ridge: float) -> float:
+        gemms = self.gemm_cost(ridge) * (3 if self.needs_grad else 1)
+        return (gemms + self.cat_cost()) / gemms
+
+    def compute_bound(self, ridge: float) -> bool:
+        flops, nbytes = self._gemm_flops_bytes()
+        return flops / ridge >= nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The form a site takes (None: stock), why, and the counter it bumps."""
+
+    form: str | None
+    reason: str
+    counter: str | None = None
+
+
+def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
+    """Per-site policy.  ``step_cost``: the graph's roofline cost in the
+    units of ``roofline``, for the share gate (None: not applied)."""
+    if site.device.type == "cpu":
+        return _decide_cpu(site)
+    if site.device.type == "cuda":
+        return _decide_cuda(site, step_cost)
+    return Decision(None, f"no rule for device {site.device}")
+
+
+def _decide_cpu(site: CatLinearSite) -> Decision:
+    """The "view" form, only where it removes the saved cat and its gradient
+    and the pieces are wide enough for separate GEMMs; forward only, the C++
+    backend writes the pieces into the cat buffer and one GEMM wins."""
+    if not site.needs_grad:
+        return Decision(None, "forward only on CPU: stock's single GEMM wins")
+    produced = sum(w for w, p in zip(site.widths, site.produced) if p)
+    if produced < CPU_MIN_PRODUCED_SHARE * site.k:
+        return Decision(None, f"producers write {produced} of {site.k} columns")
+    if min(site.widths) < CPU_MIN_PIECE_WIDTH:
+        return Decision(None, f"a piece is narrower than {CPU_MIN_PIECE_WIDTH}")
+    if site.rows < CPU_MIN_ROWS:
+        return Decision(None, f"{site.rows} rows, fewer than {CPU_MIN_ROWS}")
+    return Decision("view", "CPU rule", "cat_linear_cpu_rule")
+
+
+def _decide_cuda(site: CatLinearSite, step_cost: float | None) -> Decision:
+    """The in-place GEMM, forward only: forward+backward its per-piece
+    gradients cost what the cat saved."""
+    if site.needs_grad:
+        return Decision(None, "forward+backward on CUDA: stock")
+    ridge = ridge_point(site.device, site.dtype)
+    if ridge is None:
+        return Decision(None, f"no roofline figures for {site.dtype} on this device")
+    bound = site.speedup_bound(ridge)
+    if bound < MARGIN:
+        return Decision(
+            None, f"best case {bound:.2f}x is below {MARGIN}x", "cat_linear_screened"
+        )
+    if site.max_autotune:
+        return Decision("mm", "max_autotune benchmarks it", "cat_linear_autotune")
+    if bound < MM_WITHOUT_BENCHMARK:
+        return Decision(None, f"best case {bound:.2f}x: only max_autotune can tell")
+    if any(w % BLOCK_K for w in site.widths):
+        return Decision(None, "a piece is not whole K tiles: only max_autotune can tell")
+    narrow = max(site.widths) <= ONE_LOOP_MAX_WIDTH
+    if narrow and site.compute_bound(ridge):
+        return Decision(None, "narrow pieces at a compute-bound GEMM")
+    if step_cost is not None:
+        share = site.cat_cost() / step_cost if step_cost > 0 else 1.0
+        if share < MIN_STEP_SHARE:
+            return Decision(
+                None,
+                f"saves {share:.1%} of its graph's step, less than {MIN_STEP_SHARE:.0%}",
+                "cat_linear_small_share",
+            )
+    return Decision("mm", f"best case {bound:.2f}x", "cat_linear_roofline")
+
+
+def gemm_step_cost(
+    rows: int, k: int, n: int, itemsize: int, needs_grad: bool, ridge: float
+) -> float:
+    """One GEMM of a graph's step (three forward+backward), for the share gate."""
+    flops = 2.0 * rows * n * k
+    nbytes = ((rows + n) * k + rows * n) * itemsize
+    return roofline(flops, nbytes, ridge) * (3 if needs_grad else 1)
+
+
+def cat_step_cost(numel: int, itemsize: int, needs_grad: bool) -> float:
+    """One cat of a graph's step (and its gradient's split), for the share gate."""
+    return 2.0 * numel * itemsize * (2 if needs_grad else 1)

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,12 @@ from torch._guards import detect_fake_mode
 from torch.utils._ordered_set import OrderedSet
 
 from .. import config
+from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
+from ..custom_pass_registry import (
+    CustomPassHandle,
+    CustomPassStage,
+    register_custom_pass,
+)
 
 
 log = logging.getLogger(__name__)
@@ -632,9 +639,10 @@ def _erase_dead_constants(gm: torch.fx.GraphModule, targets: OrderedSet[str]) ->
 
 
 def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
-    """Fuse ``torchao::da8w4_linear_cpu`` calls sharing an activation (CPU, frozen)."""
-    if not config.freezing:
-        log.debug("skipping da8w4_concat_linear: freezing is off")
+    """Fuse ``torchao::da8w4_linear_cpu`` calls sharing an activation (CPU,
+    frozen, ``config.cpp.enable_concat_linear``)."""
+    if not (config.freezing and config.cpp.enable_concat_linear):
+        log.debug("skipping da8w4_concat_linear: needs freezing and enable_concat_linear")
         return
     if _da8w4_linear_op() is None:
         log.debug("skipping da8w4_concat_linear: torchao::da8w4_linear_cpu is not defined")
@@ -649,3 +657,33 @@ def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
         match.replace()
     if old_targets:
         _erase_dead_constants(gm, old_targets)
+
+
+class Da8w4ConcatLinearPass(CustomGraphPass):
+    """The pass for the ``post_grad_custom_post_pass`` stage; ``uuid()`` is
+    this file's hash, so FX graph cache entries stay valid."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        gm = graph.owning_module
+        assert isinstance(gm, torch.fx.GraphModule)
+        da8w4_concat_linear_pass(gm)
+
+    def uuid(self) -> Any:
+        return get_hash_for_files((os.path.abspath(__file__),))
+
+
+PASS_NAME = "torchao.da8w4_concat_linear_cpu"
+_handle: CustomPassHandle | None = None
+
+
+def register_da8w4_concat_linear_cpu_pass() -> CustomPassHandle:
+    """Register the pass for ``post_grad_custom_post_pass`` under
+    ``PASS_NAME``, next to any other registered or assigned pass (once;
+    later calls return the same handle while it is active).  It acts only
+    with freezing and ``config.cpp.enable_concat_linear``."""
+    global _handle
+    if _handle is None or not _handle.active:
+        _handle = register_custom_pass(
+            CustomPassStage.POST_GRAD_POST, Da8w4ConcatLinearPass(), name=PASS_NAME
+        )
+    return _handle
