@@ -32,6 +32,8 @@ import os
 import statistics
 import sys
 import time
+import types
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +74,25 @@ def floor_fn(w, b, x):
     return F.linear(x, w, b)
 
 
+def run_and_keep_code(fn, *args):
+    """``fn(*args)`` and the output code Inductor generated for it; unlike
+    ``run_and_get_code`` it does not reset dynamo, so the variants compiled
+    before keep their code."""
+    from torch._inductor.graph import GraphLowering
+
+    codes = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        out = fn(*args)
+    return out, codes
+
+
+def fresh_code(fn, variant):
+    """``fn`` with a code object of its own: dynamo caches compiled code per
+    code object, so each variant keeps the code it was compiled with."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{variant}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
 def inductor_patches(variant):
     fusion = variant.startswith("patched")
     patches = {
@@ -88,7 +109,6 @@ def inductor_patches(variant):
 def run_site(m, widths, n, producer, bwd, variants, reps, dtype):
     from torch._dynamo.utils import counters
     from torch._inductor import config as inductor_config
-    from torch._inductor.utils import run_and_get_code
 
     dev = "cuda"
     torch.manual_seed(0)
@@ -101,16 +121,16 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype):
 
     compiled, row = {}, {"M": m, "Ks": list(widths), "N": n, "producer": producer,
                          "mode": "fwd+bwd" if bwd else "fwd", "compile_s": {}}  # fmt: skip
+    torch._dynamo.reset()
     for v in variants:
-        torch._dynamo.reset()
         counters.clear()
-        fn = floor_fn if v == "floor" else make_fn(producer)
+        fn = fresh_code(floor_fn if v == "floor" else make_fn(producer), v)
         args = (w, b, x) if v == "floor" else (w, b, *parts)
         with inductor_config.patch(inductor_patches(v)):
             cfn = torch.compile(fn)
             t0 = time.perf_counter()
             with torch.no_grad() if not bwd else contextlib.nullcontext():
-                out, code = run_and_get_code(cfn, *args)
+                out, code = run_and_keep_code(cfn, *args)
             torch.cuda.synchronize()
         row["compile_s"][v] = round(time.perf_counter() - t0, 3)
         if v.startswith("patched"):

@@ -1,5 +1,5 @@
-"""Paired stock-vs-patched benchmark of cat_linear_fused on a whole model: what the
-pass costs at compile time, and what it gives per step.
+"""Paired stock-vs-patched benchmark of the ``cat_linear`` fusion on a whole model:
+what it costs at compile time, and what it gives per step.
 
 ``FusionHead`` is a multimodal late-fusion head.  Text, image and audio embeddings
 (graph inputs; in training they need grad, as when the encoders are fine-tuned too)
@@ -14,8 +14,8 @@ TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.  It runs the step eagerly (fp32 an
 the benchmark's dtype: the references; CUDA/cuBLAS start-up) and computes Inductor's
 system key (a hash of Triton's sources that both variants need once per process:
 stock for the FX graph cache key, the pass for its ``LocalCache``), times the first call
-of ``torch.compile(model)`` (compile + first run) with ``config.cat_linear_fused``
-off (stock) or on (patched), checks the outputs and every gradient against fp32
+of ``torch.compile(model)`` (compile + first run) with the fusion off (stock) or
+on (patched: ``pre_grad_fusion_options={"cat_linear": {}}``), checks the outputs and every gradient against fp32
 eager (no further from it than twice eager in the same dtype), then times the step:
 ``device_time.kernel_time_us`` and ``host_time_us`` (CPU: host time only), median of
 ``--rounds``.  Stock and patched alternate for ``--reps`` rounds per mode (forward
@@ -85,26 +85,17 @@ class FusionHead(nn.Module):
 
 
 class SiteDecisions(logging.Handler):
-    """The pass's per-site verdicts (its DEBUG log: "rewrote ... as FORM" and every
-    "skipping ..." reason), each with the site's piece widths and N (the pass's own
-    ``describe_site``), so a run says which of the model's sites fired and why the
-    others did not."""
+    """The fusion's per-site verdicts (its DEBUG log: "cat_linear: ... as FORM" and
+    every "skipping cat_linear: ..." reason), so a run says which of the model's
+    sites fired and why the others did not."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.lines = []
 
     def emit(self, record):
-        from torch._inductor.fx_passes.cat_linear_fused import describe_site, LINEAR_TARGETS
-
-        def site(a):
-            if isinstance(a, torch.fx.Node) and a.target in LINEAR_TARGETS:
-                return describe_site(a)
-            return a
-
-        args = tuple(site(a) for a in (record.args or ()))
         try:
-            self.lines.append(record.msg % args)
+            self.lines.append(record.getMessage())
         except Exception:
             self.lines.append(str(record.msg))
 
@@ -113,7 +104,9 @@ def worker(args):
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
 
-    assert hasattr(ic, "cat_linear_fused"), "install the inductor-cat-linear-fused patch first"
+    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+
+    assert "cat_linear" in PRE_GRAD_FUSIONS, "install the inductor-cat-linear-fused patch first"
     cuda, train = args.device == "cuda", args.mode == "fwd+bwd"
     dtype = getattr(torch, args.dtype)
     B, d_text, d_image, d_audio, *rest = SIZES["small" if args.small else "full"]
@@ -146,7 +139,9 @@ def worker(args):
     m32 = copy.deepcopy(model).float()
     ref = [t.float() for t in make_step(m32, m32, torch.float32)()]
     eager = make_step(model, model, dtype)()
-    ic.cat_linear_fused = args.variant == "patched"
+    ic.pre_grad_fusion_options = {"cat_linear": {}} if args.variant == "patched" else {}
+    if args.max_autotune:
+        ic.max_autotune = True
     decisions = SiteDecisions()
     pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
     pass_log.addHandler(decisions)
@@ -196,8 +191,8 @@ def worker(args):
     gc.enable()
     res = {
         "mode": args.mode, "variant": args.variant, "compile_s": compile_s,
-        "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear_fused"],
-        "benchmarked": counters["inductor"]["cat_linear_fused_bench"],
+        "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear"],
+        "counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")},
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
         "phases_s": phases, "pass_s": pass_s, "system_key_s": system_key_s, "pass_profile": profile_top(profile),
@@ -212,26 +207,26 @@ def worker(args):
 
 
 def time_the_pass(profile):
-    """Wrap the pass (as the pre-grad hook imports it, at each call) to record
-    its wall time per graph, and with ``profile`` a cProfile of it: what the
-    pass's own share of the compile is spent on."""
+    """Wrap the fusion's per-node work (``CatLinearRule.match`` and ``fuse``) to
+    record its wall time, and with ``profile`` a cProfile of it: what the fusion's
+    own share of the compile is spent on."""
     import cProfile
 
-    from torch._inductor.fx_passes import cat_linear_fused as mod
+    from torch._inductor.fx_passes.cat_linear_fused import CatLinearRule
 
-    inner, times = mod.cat_linear_fused_pass, []
+    times = [0.0]
     prof = cProfile.Profile() if profile else None
+    for name in ("match", "fuse"):
+        inner = getattr(CatLinearRule, name)
 
-    def timed(graph):
-        t0 = time.perf_counter()
-        try:
-            if prof is None:
-                return inner(graph)
-            return prof.runcall(inner, graph)
-        finally:
-            times.append(time.perf_counter() - t0)
+        def timed(*a, inner=inner):
+            t0 = time.perf_counter()
+            try:
+                return inner(*a) if prof is None else prof.runcall(inner, *a)
+            finally:
+                times[0] += time.perf_counter() - t0
 
-    mod.cat_linear_fused_pass = timed
+        setattr(CatLinearRule, name, timed)
     return times, prof
 
 
@@ -281,6 +276,8 @@ def run_worker(args, mode, variant):
                "--variant", "patched" if variant == "patched" else "stock", "--result", result,
                "--device", args.device, "--dtype", args.dtype, "--rounds", str(args.rounds),
                "--batch", str(args.batch)] + (["--small"] if args.small else [])  # fmt: skip
+        if args.max_autotune:
+            cmd.append("--max-autotune")
         if args.profile_pass:
             cmd.append("--profile-pass")
         # Own process group, so that a timeout also ends its compile workers.
@@ -314,7 +311,7 @@ def summarize(mode, runs):
     row = {
         "mode": mode, "sites": sites, "reps": [len(s), len(p), len(aa)],
         "rewritten": sorted({r["rewritten"] for r in p}),
-        "benchmarked": sorted({r["benchmarked"] for r in p}),
+        "counters": p[0].get("counters"),
         "compile_s_stock": cs, "compile_s_patched": cp,
         "spread_stock": spread([r["compile_s"] for r in s]) if len(s) > 1 else None,
         "spread_patched": spread([r["compile_s"] for r in p]) if len(p) > 1 else None,
@@ -351,7 +348,7 @@ def markdown(meta, rows):
         f"{rows[0]['sites']} cat+linear sites. Compile: cold caches, one process each, median "
         "(spread). Step: median over processes. Error: max |x - fp32| / max |fp32|.",
         "",
-        "| mode | processes stock/patched/A-A | sites rewritten / benchmarked | compile s stock "
+        "| mode | processes stock/patched/A-A | sites rewritten | compile s stock "
         "| compile s patched | patched/stock | overhead s (per site) | A/A | device µs stock "
         "| device µs patched | ratio | host µs stock | host µs patched | ratio "
         "| error eager / stock / patched |",
@@ -360,7 +357,7 @@ def markdown(meta, rows):
     for r in rows:
         cells = [
             r["mode"], "/".join(map(str, r["reps"])),
-            f"{','.join(map(str, r['rewritten']))} / {','.join(map(str, r['benchmarked']))}",
+            ",".join(map(str, r["rewritten"])),
             f(r["compile_s_stock"]) + pct(r["spread_stock"]),
             f(r["compile_s_patched"]) + pct(r["spread_patched"]),
             f(r["compile_patched_over_stock"], "%.3f"),
@@ -402,6 +399,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=0, help="rows (0: the size's default)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round that would end later")
     ap.add_argument("--worker-timeout-s", type=float, default=180.0)
+    ap.add_argument("--max-autotune", action="store_true", help="both variants under max_autotune")
     ap.add_argument("--profile-pass", action="store_true",
                     help="cProfile the pass in patched processes (its top functions in the JSON)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -440,7 +438,7 @@ def main(argv=None):
             runs[mode][variant].append(r)
             kern = "-" if r["kernel_us"] is None else f"{r['kernel_us']:.1f}"
             print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}/{r['sites']}  "
-                  f"benchmarked {r['benchmarked']}  device {kern} µs  host {r['host_us']:.1f} µs  "
+                  f"device {kern} µs  host {r['host_us']:.1f} µs  "
                   f"error {r['max_err']:.1e}{'' if r['ok'] else ' FAIL'}", flush=True)  # fmt: skip
             if variant == "patched" and rep == 0:
                 for line in r["decisions"]:
