@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from tools import bases as bases_mod
+from tools.baseenv import requirements_file, torch_pin
 from tools import gitutil
 from tools.common import Patchset, PatchsetError, add_subcommand, progress
 from tools.generate import add_base_arg, build_series_commits, hook_failure, read_dir
@@ -214,6 +215,27 @@ def check_regenerate(base: str, pdir: Path, expected: dict[str, bytes]) -> tuple
     return probs, "".join(diffs)
 
 
+def check_requirements(ps: Patchset, sources: Sources) -> list[Problem]:
+    """Every base has ``requirements/base-<base>.txt`` pinning exactly its torch (what ``tools venv`` and dev.sh install),
+    and no such file is left for a base that is gone."""
+    probs = []
+    for b in ps.bases:
+        req = requirements_file(sources, b)
+        if not req.is_file():
+            probs.append(Problem(str(req), f"missing: base {b}'s pins (torch=={b} and -r ../requirements-dev.txt), "
+                                           f"which `python -m tools venv {b}` and scripts/dev.sh install"))
+            continue
+        try:
+            torch_pin(req, b)
+        except PatchsetError as e:
+            probs.append(Problem(e.where, e.reason))
+    req_dir = sources.root / "requirements"
+    for f in sorted(req_dir.glob("base-*.txt")) if req_dir.is_dir() else ():
+        if f.name[len("base-"):-len(".txt")] not in ps.bases:
+            probs.append(Problem(str(f), f"no base {f.name[5:-4]} in patchset.toml; delete this file"))
+    return probs
+
+
 def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
     probs = [Problem(str(f), "is in torch_overlay/ but no [[patch]] in patchset.toml lists it under overlay") for f in unclaimed_overlay_files(ps, sources)]
     probs += [Problem(str(f), f"is never used: {why}") for f, why in orphan_hook_files(ps, sources)]
@@ -256,6 +278,7 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
         if d.is_dir() and d.name[1:] not in ps.bases:
             problems.append(Problem(str(d), f"no base {d.name[1:]} in patchset.toml; delete this directory"))
     problems += check_overlay_claimed(ps, sources)
+    problems += check_requirements(ps, sources)
     warned: set = set()
     for base in selected:
         pdir = sources.patches_dir / f"v{base}"

@@ -12,6 +12,7 @@ from tools.common import PatchsetError
 # each registers its subcommand(s), in this order
 SUBCOMMAND_MODULES = [
     "tools.bases",  # bases: fetch wheels, build pristine git trees
+    "tools.baseenv",  # venv: each base's virtual environment from requirements/base-<base>.txt
     "tools.generate",  # generate
     "tools.check",  # check
     "tools.apply",  # apply onto a PyTorch checkout

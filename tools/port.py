@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import gitutil
+from tools.baseenv import requirements_file, requirements_template
 from tools.common import Patchset, PatchMeta, PatchsetError, progress, version_key
 from tools.port_merge import Carry, HunkIssue, applies, carry_hook, diff_against
 from tools.sources import SHARED_HOOK, Sources, select_bases
@@ -50,6 +51,9 @@ class PortResult:
     patches: list[PatchPort]
     toml_written: bool
     listed: frozenset[str] = frozenset()  # "[patchset]" and the patches whose bases already list the version
+    requirements: Path | None = None  # requirements/base-<version>.txt
+    requirements_written: bool = False
+    readme_lists_base: bool = False  # README.md's "Supported bases" table has a row for the version
 
     @property
     def needs_hand_work(self) -> list[PatchPort]:
@@ -93,6 +97,16 @@ def add_base_to_toml(text: str, new: str, patches: list[str], where: Path) -> st
     return "".join(lines)
 
 
+def readme_lists_base(sources: Sources, version: str) -> bool:
+    """Does README.md's "Supported bases" table have a row for ``version``?"""
+    try:
+        text = sources.root.joinpath("README.md").read_text()
+    except OSError:
+        return False
+    section = text.partition("## Supported bases")[2].split("\n## ", 1)[0]
+    return re.search(rf"^\|\s*{re.escape(version)}\s*\|", section, re.M) is not None
+
+
 def port(
     version: str,
     sources: Sources | None = None,
@@ -125,7 +139,8 @@ def port(
             raise PatchsetError(f"torch {version}", f"cannot get its wheel: {e.where}: {e.reason}") from e
         raise
     listed = frozenset(["[patchset]"] * (version in ps.bases) + [p.name for p in ps.patches if version in p.bases])
-    result = PortResult(version, new_tree, [], False, listed)
+    result = PortResult(version, new_tree, [], False, listed, requirements_file(sources, version),
+                        readme_lists_base=readme_lists_base(sources, version))
     with tempfile.TemporaryDirectory(prefix=f"patchset-port-v{version}-") as tmpd:
         tmp = Path(tmpd)
         (tmp / "m").mkdir()
@@ -141,6 +156,10 @@ def port(
             sources.patchset_toml.write_text(new_text)
             sources.load()  # still valid
         result.toml_written = True
+        if not result.requirements.is_file():
+            result.requirements.parent.mkdir(parents=True, exist_ok=True)
+            result.requirements.write_text(requirements_template(version))
+            result.requirements_written = True
     return result
 
 

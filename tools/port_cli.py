@@ -89,8 +89,16 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
             print(f"  {step}. patchset.toml: add \"{res.version}\" to bases of {', '.join(todo)} (or re-run with --write)", file=out)
         else:
             print(f"  {step}. patchset.toml: already lists {res.version} in [patchset] and every patch here", file=out)
-    print(f"  {step + 1}. python -m tools generate --base {res.version} && python -m tools check", file=out)
-    print(f"  {step + 2}. README.md 'Supported bases': add {res.version}", file=out)
+    step += 1
+    if res.requirements_written:
+        print(f"  {step}. wrote {rel(res.requirements)} (torch=={res.version}; `python -m tools venv {res.version}` makes its venv)", file=out)
+        step += 1
+    elif not res.requirements.is_file():
+        print(f"  {step}. {rel(res.requirements)}: add it (torch=={res.version} and -r ../requirements-dev.txt; --write does)", file=out)
+        step += 1
+    print(f"  {step}. python -m tools generate --base {res.version} && python -m tools check", file=out)
+    if not res.readme_lists_base:
+        print(f"  {step + 1}. README.md 'Supported bases': add {res.version}", file=out)
 
 
 def _cmd_port(args) -> int:

@@ -182,6 +182,14 @@ def make_hook_diff(base_tree: Path, edits, scratch: Path) -> str:
     return out
 
 
+def write_requirements(root: Path, base: str) -> Path:
+    """``requirements/base-<base>.txt`` as the real repo has it (check wants one per base)."""
+    p = root / "requirements" / f"base-{base}.txt"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"# base {base}\ntorch=={base}\n-r ../requirements-dev.txt\n")
+    return p
+
+
 @dataclasses.dataclass
 class FakePatchset:
     root: Path  # sources: patchset.toml, hooks/, torch_overlay/, test/, patches/
@@ -240,6 +248,8 @@ def _build_sources(root: Path, fp_cache: Path, scratch: Path) -> FakePatchset:
             continue
         for base in fp.bases:
             (d / f"v{base}.diff").write_text(make_hook_diff(fp.base_tree(base), edits, scratch))
+    for b in fp.bases:
+        write_requirements(root, b)
     for rel, text in {
         "torch_overlay/torch/_inductor/fx_passes/alpha.py": "def alpha_pass(gm):\n    return gm\n",
         "torch_overlay/torch/_inductor/fx_passes/beta.py": "def beta_pass(gm):\n    return gm\n",
