@@ -84,6 +84,18 @@ def fetch_wheel(base: str, wdir: Path) -> Path:
     return wheel
 
 
+def released_versions(python: str = sys.executable) -> list[str] | None:
+    """torch's releases as the configured package index (and find-links) list them, newest first
+    (``pip index versions torch``); None when pip cannot say (offline, no such project, an old pip)."""
+    try:
+        r = subprocess.run([python, "-m", "pip", "index", "versions", "torch"], capture_output=True, text=True,
+                           timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"^Available versions: (.+)$", r.stdout, re.M) if r.returncode == 0 else None
+    return [v.strip() for v in m.group(1).split(",") if v.strip()] if m else None
+
+
 def read_stamp(tree: Path) -> dict | None:
     try:
         return json.loads((tree / ".git" / STAMP_NAME).read_text())

@@ -132,6 +132,15 @@ def port(
         if n not in names:
             raise PatchsetError(f"--patch {n}", f"no such patch in {sources.patchset_toml} ({', '.join(names)})")
     selected = [p for p in ps.patches if not only or p.name in only]
+    if fetch and bases_mod.find_wheel(version, bases_mod.wheels_dir(cache_dir)) is None:
+        progress(f"port: asking the package index whether torch {version} exists (pip index versions torch)")
+        known = bases_mod.released_versions()
+        if known is None:
+            progress("port: pip could not list torch's releases; trying the download itself")
+        elif version not in {k.partition("+")[0] for k in known}:
+            shown = ", ".join(known[:12]) + (f" and {len(known) - 12} older" if len(known) > 12 else "")
+            raise PatchsetError(f"torch {version}", f"not a release the package index knows (it lists {shown}); "
+                                "nothing was downloaded")
     try:
         new_tree = bases_mod.ensure_base(version, cache_dir, fetch=fetch)
     except PatchsetError as e:
@@ -161,6 +170,22 @@ def port(
             result.requirements.write_text(requirements_template(version))
             result.requirements_written = True
     return result
+
+
+def _without_index(diff: str) -> str:
+    return "".join(l for l in diff.splitlines(True) if not l.startswith("index "))
+
+
+def _tree_of(repo: Path, new_tree: Path, diff: str) -> str | None:
+    """The git tree of the pristine new base with ``diff`` applied (no fuzz), or None when it does not apply."""
+    if not repo.exists():
+        gitutil.clone_local(new_tree, repo, checkout=False)
+    env = gitutil.isolated_env()
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-", cwd=repo, env=env, input=diff, check=False)
+    tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip() if r.ok else None
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    return tree
 
 
 def _shared_result(shared: Path, repo: Path, new_tree: Path) -> tuple[str | None, str]:
@@ -246,6 +271,12 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
             notes.append(f"{rel} gives the same as {SHARED_HOOK} as it is; it can be deleted")
         if existing == chosen.diff:
             return PatchPort(patch.name, "unchanged", chosen, hook_file, notes)
+        if not force and _tree_of(repo, new_tree, existing) == _tree_of(repo, new_tree, chosen.diff) is not None:
+            form = ("only its `index` lines differ (blob ids git apply does not use; the carried hook's are the "
+                    "pristine and hooked files' own)" if _without_index(existing) == _without_index(chosen.diff)
+                    else "it differs in form only (hunk layout or context lines)")
+            return PatchPort(patch.name, "unchanged", chosen, hook_file, notes + [
+                f"{rel} gives the same files as the carried hook on torch {version}; {form}; kept (--force rewrites it)"])
         if not force:
             return PatchPort(patch.name, "kept", chosen, hook_file, notes + [f"{rel} exists and differs from the carried hook; kept (--force overwrites it)"])
     hook_file.parent.mkdir(parents=True, exist_ok=True)

@@ -219,3 +219,57 @@ def test_add_base_to_toml_edits_only_the_bases_lines(fake_patchset):
     ]
     with pytest.raises(PatchsetError, match="inductor-omega"):
         add_base_to_toml(text, "2.12.0", ["inductor-omega"], Path("patchset.toml"))
+
+
+# ------------------------------------------------------------------ issue #28 items 5 and 12
+
+
+def test_an_override_that_differs_only_in_its_index_lines_is_the_same(fake_patchset, tmp_path):
+    """Item 5: an existing override whose only difference from the carried hook is an ``index`` line (a blob id git
+    apply never reads) gives the same files: reported as the same, with the form difference named, not "kept"."""
+    fp = _new_base(fake_patchset, tmp_path, lambda files: None)
+    port(NEW, fp.sources, fp.cache)
+    h = _hook(fp, "inductor-beta")
+    lines = h.read_text().splitlines(True)
+    i = next(k for k, l in enumerate(lines) if l.startswith("index "))
+    lines[i] = lines[i].split("..")[0] + "..1234567 100644\n"  # a stale post-image id, as a hand edit leaves it
+    h.write_text("".join(lines))
+    (res,) = port(NEW, fp.sources, fp.cache, only=["inductor-beta"]).patches
+    assert res.status == "unchanged", res.notes
+    assert any("gives the same files as the carried hook" in n and "only its `index` lines differ" in n for n in res.notes)
+    assert not any("differs from the carried hook" in n for n in res.notes)
+    out = _report(fp, port(NEW, fp.sources, fp.cache, only=["inductor-beta"]))
+    assert "already says the same" in out and "kept" not in out.split("note:")[0]
+    assert "1234567" in h.read_text()  # kept as it is; --force rewrites it
+    port(NEW, fp.sources, fp.cache, only=["inductor-beta"], force=True)
+    assert "1234567" not in h.read_text()
+
+
+def test_the_readme_step_only_when_the_base_is_missing_there(fake_patchset, tmp_path):
+    """Item 5: "README.md 'Supported bases': add X" only when README's table has no row for X."""
+    fp = _new_base(fake_patchset, tmp_path, lambda files: None)
+    readme = fp.root / "README.md"
+    readme.write_text("# x\n\n## Supported bases\n\n| base | series |\n|---|---|\n| 2.13.0 | `patches/v2.13.0` |\n\n## Next\n\n| 2.14.0 | elsewhere |\n")
+    assert "README.md 'Supported bases': add 2.14.0" in _report(fp, port(NEW, fp.sources, fp.cache))
+    readme.write_text(readme.read_text().replace("| 2.13.0 |", "| 2.14.0 | `patches/v2.14.0` |\n| 2.13.0 |"))
+    assert "README.md" not in _report(fp, port(NEW, fp.sources, fp.cache))
+
+
+def test_port_of_a_release_the_index_does_not_know_downloads_nothing(fake_patchset, tmp_path, monkeypatch):
+    """Item 12: `port 9.9.9` asks the index first and fails before any download, listing what exists."""
+    fp = _new_base(fake_patchset, tmp_path, lambda files: None)
+    links = tmp_path / "links"
+    links.mkdir()
+    for v in ("2.14.0", "2.15.0"):
+        make_wheel(links / f"torch-{v}-py3-none-any.whl", v)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setattr(bases_mod, "fetch_wheel", lambda *a, **k: pytest.fail("downloaded before validating"))
+    before = dir_bytes(fp.root)
+    with pytest.raises(PatchsetError) as ei:
+        port("9.9.9", fp.sources, fp.cache)
+    assert ei.value.where == "torch 9.9.9"
+    assert "not a release the package index knows (it lists 2.15.0, 2.14.0)" in ei.value.reason
+    assert "nothing was downloaded" in ei.value.reason
+    assert dir_bytes(fp.root) == before and not (fp.cache / "wheels" / "torch-9.9.9-py3-none-any.whl").exists()
