@@ -36,7 +36,7 @@ from pathlib import Path
 from tools import gitutil
 from tools.common import add_subcommand
 from tools.port import PortResult, port
-from tools.sources import Sources, add_repo_root_arg, sources_from_args
+from tools.sources import SHARED_HOOK, Sources, add_repo_root_arg, sources_from_args
 
 
 def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
@@ -49,8 +49,10 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
     for p in res.patches:
         c = p.carry
         src = f" from v{c.source}" if c else ""
+        kind = "the shared one" if p.hook_file.name == SHARED_HOOK else "a neighbouring base's override"
         verdict = {
-            "shared": f"carried{src}; the shared {rel(p.hook_file)} applies as it is (offsets only) and gives the same; no override written",
+            "inherited": f"carried{src}; {rel(p.hook_file)}, the hook torch {res.version} inherits ({kind}), applies as it "
+                         "is (offsets only) and gives the same; no override written",
             "wrote": f"carried{src}; wrote {rel(p.hook_file)}",
             "unchanged": f"carried{src}; {rel(p.hook_file)} already says the same",
             "kept": f"carried{src}; existing {rel(p.hook_file)} kept",
