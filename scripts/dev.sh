@@ -93,12 +93,13 @@ case "$cmd" in
     rc=0
     ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_PARALLEL_LEVEL:-2}" || rc=$?
     "$PY" scripts/ctest_summary.py "$BUILD" || true
-    while read -r what b why; do
-      if [ "$what" = failed ]; then
-        step "NOT TESTED: base $b: $why"
+    for b in $bases; do  # every base asked for and not ready: not tested (with tools venv's reason when it gave one)
+      if ! awk -v b="$b" '$1 == "ready" && $2 == b { ok = 1 } END { exit !ok }' <<<"$venvs"; then
+        why="$(awk -v b="$b" '$1 == "failed" && $2 == b { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' <<<"$venvs")"
+        step "NOT TESTED: base $b: ${why:-see the errors above}"
         [ "$rc" = 0 ] && rc=1
       fi
-    done <<<"$venvs"
+    done
     step "total $((SECONDS - t0))s"
     exit "$rc" ;;
   status)
