@@ -390,9 +390,12 @@ def test_a_failed_apply_leaves_mtimes_index_and_orig_head_alone(fake_generated, 
     assert "ORIG_HEAD" not in before[2]
     with pytest.raises(PatchsetError, match="inductor-beta|config.py") as ei:
         apply_series(co, fp.patches_dir, fp.sources, three_way=three_way)
-    assert "nothing in the checkout was touched" in ei.value.reason
-    assert _snapshot(co) == before and tree_state(co) == state
+    after = _snapshot(co)
+    assert [f for f in before[0] if after[0].get(f) != before[0][f]] == []  # no mtime changed
+    assert after[2] == before[2] and "ORIG_HEAD" not in after[2]  # nothing new in .git
+    assert after[1] == before[1] and tree_state(co) == state  # index bytes, HEAD, refs, status, contents
     assert git(co, "diff-files") == ""  # the index's stat data still matches every file: nothing to refresh
+    assert "nothing in the checkout was touched" in ei.value.reason
 
 
 def test_a_successful_apply_writes_only_the_files_it_changes(fake_generated, tmp_path):
