@@ -141,7 +141,8 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
         with pipcap.torch_pin_env(str(py), "install", pin) as (env, caps):
             if caps:
                 progress(pipcap.describe(caps, f"torch=={pin}"))
-            r = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, env=env, cwd=sources.root)
+            # in the caller's cwd, where a relative constraint path of pip's configuration points
+            r = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, env=env)
         sys.stderr.write(r.stderr)
         if r.returncode:
             raise PatchsetError(req, f"pip install failed (exit {r.returncode}): {_last_error(r.stderr)}; "
