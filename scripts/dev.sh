@@ -1,75 +1,41 @@
 #!/usr/bin/env bash
 # Developer entry point. Usage: bash scripts/dev.sh <command>
-#   setup   create/refresh .venv (torch==2.13.0 + requirements-dev.txt), install the patch set into it,
-#           configure and build csrc/ with CMake + Ninja (idempotent; quick when already done)
-#   demo    setup, then `python -m tools demo` (every feature's examples/*.py)
-#   test    setup, the pristine base trees, one venv per other base (.venv-<base>: torch from PyPI with its
-#           dependencies, the patch set installed), then every CTest suite: tools and csrc once, the
-#           test/inductor suites on every base (labels v<base>); per-base and per-suite counts at the end
+#   setup   create/refresh .venv (requirements/base-<primary>.txt: torch==2.13.0 + requirements-dev.txt), install the
+#           patch set into it, configure and build csrc/ with CMake + Ninja (idempotent; quick when already done)
+#   demo    setup, then `python -m tools demo` (every feature's examples/*.py; extra arguments filter by name)
+#   test    setup, the pristine base trees, one venv per other base (.venv-<base> from requirements/base-<base>.txt:
+#           torch from PyPI with its dependencies, the patch set installed), then every CTest suite: tools and csrc
+#           once, the test/inductor suites on every base (labels v<base>); per-base and per-suite counts at the end.
+#           A base whose torch cannot be fetched is reported as NOT TESTED (with the reason) and the exit status is 1.
 #   status  `python -m tools status` for .venv
 #   clean   uninstall the patch set from .venv and remove build/ (keeps .venv)
-# Environment: VENV (default .venv), TORCH_SPEC (default torch==2.13.0), CTEST_PARALLEL_LEVEL (default 2: CI has 2
-# cores), PATCHSET_TEST_BASES (default: every base in patchset.toml; e.g. "2.13.0" for the primary base only).
+# Environment: VENV (default .venv), CTEST_PARALLEL_LEVEL (default 2: CI has 2 cores), PATCHSET_TEST_BASES (default:
+# every base in patchset.toml; e.g. "2.13.0" for the primary base only).
+# The venvs are made by `python -m tools venv` (tools/baseenv.py): it installs each base's pinned torch even where a
+# site-wide pip constraint file caps torch below it, and says so in one line naming that file.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
-TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 BUILD="$ROOT/build"
+PRIMARY="$(python3 -c 'import tomllib; print(tomllib.load(open("patchset.toml", "rb"))["patchset"]["primary-base"])')"
 
 step() { printf '[dev] %s\n' "$*" >&2; }
 
+# .venv: the primary base's torch and requirements-dev.txt (requirements/base-<primary>.txt); reinstalled only when
+# torch is missing or another release, or a requirements file changed. Needs only python3 (3.11), not torch.
 ensure_venv() {
-  if [ ! -x "$PY" ]; then
-    step "creating $VENV"
-    python3 -m venv "$VENV"
-  fi
+  python3 -m tools venv "$PRIMARY" --dir "$VENV" > /dev/null
   export PATH="$VENV/bin:$PATH"
-  # torch: (re)install only when missing or not the wanted version; never imports torch
-  local want have
-  want="${TORCH_SPEC#torch==}"
-  have="$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
-  if [ "${have%%+*}" != "$want" ]; then
-    step "pip install $TORCH_SPEC (have: ${have:-none})"
-    "$PY" -m pip install -q "$TORCH_SPEC"
-  fi
-  local stamp="$VENV/.requirements-dev.sha256" sum
-  sum="$(sha256sum requirements-dev.txt | cut -d' ' -f1)"
-  if [ "$(cat "$stamp" 2>/dev/null || true)" != "$sum" ]; then
-    step "pip install -r requirements-dev.txt"
-    "$PY" -m pip install -q -r requirements-dev.txt
-    echo "$sum" > "$stamp"
-  fi
 }
 
-# The bases in patchset.toml other than the primary one (TORCH_SPEC's), or PATCHSET_TEST_BASES.
+# The bases in patchset.toml other than the primary one, or PATCHSET_TEST_BASES.
 other_bases() {
   local all
   all="${PATCHSET_TEST_BASES:-$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("patchset.toml", "rb"))["patchset"]["bases"]))')}"
-  for b in $all; do [ "$b" != "${TORCH_SPEC#torch==}" ] && printf '%s\n' "$b"; done
+  for b in $all; do [ "$b" != "$PRIMARY" ] && printf '%s\n' "$b"; done
   return 0
-}
-
-# .venv-<base>: that release's torch (PyPI's are CUDA builds: with their nvidia-* wheels they import and compile on a
-# CPU), requirements-dev.txt and the patch set. Reinstalled only when missing or changed; pip's cache keeps repeat
-# runs on one machine off the network. The torch wheel is the one `tools bases` already fetched.
-ensure_base_venv() {
-  local base="$1" venv="$ROOT/.venv-$1" have whl stamp sum
-  if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-  fi
-  have="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
-  stamp="$venv/.requirements-dev.sha256"
-  sum="$(sha256sum requirements-dev.txt | cut -d' ' -f1)"
-  if [ "${have%%+*}" != "$base" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$sum" ]; then
-    whl="$(ls "${TORCH_PATCHSET_CACHE:-$HOME/.cache/torch-patchset}"/wheels/torch-"$base"-*.whl 2>/dev/null | head -n1 || true)"
-    step "venv for torch $base: pip install ${whl:-torch==$base} + its dependencies (CUDA build: about 2.5 GB of" \
-         "nvidia-* wheels to download unless pip's cache has them, 5 GB on disk; a few minutes)"
-    "$venv/bin/python" -m pip install -q "${whl:-torch==$base}" -r requirements-dev.txt
-    echo "$sum" > "$stamp"
-  fi
-  "$venv/bin/python" -m tools install --replace
 }
 
 install_patchset() {
@@ -104,22 +70,36 @@ cmd="${1:-}"
 case "$cmd" in
   setup) setup ;;
   demo)
+    t0=$SECONDS
     setup
-    exec "$PY" -m tools demo ;;
+    step "setup took $((SECONDS - t0))s (a re-check when nothing changed); running the demos"
+    exec "$PY" -m tools demo "${@:2}" ;;
   test)
     t0=$SECONDS
     ensure_venv
     step "pristine base trees for \`tools check\` (cached under ~/.cache/torch-patchset; a CUDA wheel of ~530 MB" \
          "per base not yet cached)"
-    "$PY" -m tools bases || step "warning: \`tools bases\` failed; patchset_check will report it, the other suites still run"
+    "$PY" -m tools bases || step "warning: \`tools bases\` failed for a base (see above); patchset_check will report it," \
+                                 "the other suites still run"
     install_patchset
+    # .venv-<base> for every other base, the patch set installed; `tools venv` goes on past a base it cannot make
+    # and prints "ready <base> <venv>" or "failed <base> <reason>" per base
     bases="$(other_bases | tr '\n' ' ' | sed 's/ $//')"
-    for b in $bases; do ensure_base_venv "$b"; done
-    build_csrc "$bases"
+    venvs=""
+    if [ -n "$bases" ]; then venvs="$("$PY" -m tools venv --install $bases)" || true; fi
+    ready="$(awk '$1 == "ready" { printf "%s ", $2 }' <<<"$venvs" | sed 's/ $//')"
+    build_csrc "$ready"
     step "setup took $((SECONDS - t0))s; running the suites (ctest -j ${CTEST_PARALLEL_LEVEL:-2})"
     rc=0
     ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_PARALLEL_LEVEL:-2}" || rc=$?
     "$PY" scripts/ctest_summary.py "$BUILD" || true
+    for b in $bases; do  # every base asked for and not ready: not tested (with tools venv's reason when it gave one)
+      if ! awk -v b="$b" '$1 == "ready" && $2 == b { ok = 1 } END { exit !ok }' <<<"$venvs"; then
+        why="$(awk -v b="$b" '$1 == "failed" && $2 == b { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' <<<"$venvs")"
+        step "NOT TESTED: base $b: ${why:-see the errors above}"
+        [ "$rc" = 0 ] && rc=1
+      fi
+    done
     step "total $((SECONDS - t0))s"
     exit "$rc" ;;
   status)

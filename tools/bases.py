@@ -25,9 +25,10 @@ import sys
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from tools import fsutil, gitutil
-from tools.common import CACHE_DIR, PatchsetError, add_subcommand, load_patchset, progress
+from tools import fsutil, gitutil, pipcap
+from tools.common import CACHE_DIR, PatchsetError, add_subcommand, progress
 from tools.fsutil import sha256_file
+from tools.sources import select_bases, sources_from_args
 
 STAMP_NAME = "torch-patchset.json"
 STAMP_FORMAT = 2  # bump when the tree-building recipe changes: trees are rebuilt
@@ -61,6 +62,8 @@ def find_wheel(base: str, wdir: Path) -> Path | None:
 
 
 def fetch_wheel(base: str, wdir: Path) -> Path:
+    """The cached wheel of ``base``, else ``pip download --no-deps torch==<base>`` into ``wdir``. A site-wide pip
+    constraint that excludes the release is overridden for that one download, and said so (``tools.pipcap``)."""
     wheel = find_wheel(base, wdir)
     if wheel:
         progress(f"v{base}: wheel {wheel.name} (cached)")
@@ -68,14 +71,29 @@ def fetch_wheel(base: str, wdir: Path) -> Path:
     wdir.mkdir(parents=True, exist_ok=True)
     progress(f"v{base}: downloading torch=={base} into {wdir} (pip download; CUDA builds are ~530 MB)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"torch=={base}", "-d", str(wdir)]
-    # pip's own progress bar goes to the terminal; our stdout stays clean for machine-readable output.
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+    with pipcap.torch_pin_env(sys.executable, "download", base) as (env, caps):
+        if caps:
+            progress(pipcap.describe(caps, f"torch=={base}"))
+        # pip's own progress bar goes to the terminal; our stdout stays clean for machine-readable output.
+        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env)
     if proc.returncode != 0:
         raise PatchsetError(f"torch=={base}", f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see pip's output above)")
     wheel = find_wheel(base, wdir)
     if not wheel:
         raise PatchsetError(wdir, f"pip reported success but no torch-{base} wheel is there")
     return wheel
+
+
+def released_versions(python: str = sys.executable) -> list[str] | None:
+    """torch's releases as the configured package index (and find-links) list them, newest first
+    (``pip index versions torch``); None when pip cannot say (offline, no such project, an old pip)."""
+    try:
+        r = subprocess.run([python, "-m", "pip", "index", "versions", "torch"], capture_output=True, text=True,
+                           timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"^Available versions: (.+)$", r.stdout, re.M) if r.returncode == 0 else None
+    return [v.strip() for v in m.group(1).split(",") if v.strip()] if m else None
 
 
 def read_stamp(tree: Path) -> dict | None:
@@ -187,18 +205,26 @@ def ensure_base(base: str, cache_dir: Path | None = None, *, force: bool = False
 
 
 def _cmd_bases(args: argparse.Namespace) -> int:
-    ps = load_patchset()
-    selected = args.base or list(ps.bases)
+    """Every selected base, each on its own: one that cannot be fetched or built (no network, no such release) is
+    reported when it fails and again at the end, the others are still made, and the exit status is 2."""
+    ps = sources_from_args(args).load()
+    selected = select_bases(ps, args.base)
+    failed = []
     for b in selected:
-        if b not in ps.bases:
-            raise PatchsetError(f"--base {b}", f"not a base of this patch set ({', '.join(ps.bases)})")
-    for b in selected:
-        tree = ensure_base(b, force=args.force)
-        print(tree)
-    return 0
+        try:
+            tree = ensure_base(b, force=args.force)
+        except PatchsetError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            failed.append((b, e))
+            continue
+        print(tree, flush=True)
+    for b, e in failed:
+        print(f"error: base {b} has no pristine tree (`check` cannot check it): {e}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def register(subparsers) -> None:
     p = add_subcommand(subparsers, "bases", "fetch torch wheels and build the pristine base trees", __doc__, _cmd_bases)
     p.add_argument("--base", action="append", metavar="X.Y.Z", help="only this base (repeatable); default: all bases")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date or locally modified")
+    p.add_argument("--repo-root", help=argparse.SUPPRESS)  # tests: a fake patch-set repo

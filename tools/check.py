@@ -5,7 +5,8 @@ required trailers, a Yocto-style ``Upstream-Status`` regex); (3) ``git am`` of t
 clone of the pristine tree, and each patch alone on the pristine tree; (4) each patch's hook alone on the
 pristine tree (a shared ``hook.diff`` that no longer applies to a base is named with the base, file and hunk,
 and an override is suggested), then regenerate and byte-compare. Every problem is reported with its file;
-exit status 1 if there is any.
+exit status 1 if there is any. Warnings do not fail it: a TODO left in a patch body, and an override that earns no
+place (the hook its bases would use without it gives the same files on each of them: ``redundant_overrides``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from tools import bases as bases_mod
+from tools.baseenv import requirements_file, torch_pin
 from tools import gitutil
 from tools.common import Patchset, PatchsetError, add_subcommand, progress
 from tools.generate import add_base_arg, build_series_commits, hook_failure, read_dir
@@ -160,33 +162,62 @@ def check_apply(base: str, pdir: Path, base_tree: Path, workdir: Path) -> list[P
     return probs
 
 
-def check_hooks(base: str, ps: Patchset, sources: Sources, base_tree: Path, workdir: Path, *, warn=progress) -> list[Problem]:
-    """(4a) each patch's hook (its override, else the shared hook) alone on the pristine index: a failure names
-    the hook file, the base, and each hunk that does not match. An override that gives exactly what the shared
-    hook gives on its base is a warning (delete it)."""
+def check_hooks(base: str, ps: Patchset, sources: Sources, base_tree: Path, workdir: Path) -> list[Problem]:
+    """(4a) each patch's hook (its override, else the hook it inherits) alone on the pristine index: a failure names
+    the hook file, the base, and each hunk that does not match."""
     probs = []
     repo = workdir / "hooks"
     gitutil.clone_local(base_tree, repo, checkout=False)
     env = gitutil.isolated_env()
-
-    def tree_with(hook: Path) -> tuple[str | None, str]:
-        gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
-        r = gitutil.git("apply", "--cached", "--whitespace=nowarn", hook.resolve(), cwd=repo, env=env, check=False)
-        return (gitutil.git("write-tree", cwd=repo, env=env).stdout.strip() if r.ok else None), r.output
-
     for patch in ps.series(base):
-        hook = sources.hook_diff(patch, base)
+        hook = sources.hook_diff(patch, base, ps)
         if hook is None:
             continue
-        tree, output = tree_with(hook)
-        if tree is None:
+        gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+        r = gitutil.git("apply", "--cached", "--whitespace=nowarn", hook.resolve(), cwd=repo, env=env, check=False)
+        if not r.ok:
             gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
-            probs.append(Problem(str(hook), hook_failure(hook, patch, base, ps, sources, repo, env, output, [])))
-            continue
-        shared = sources.shared_hook(patch)
-        if hook != shared and shared.is_file() and tree_with(shared)[0] == tree:
-            warn(f"warning: {sources.rel(hook)}: gives the same result on {base} as {SHARED_HOOK}; delete this override")
+            probs.append(Problem(str(hook), hook_failure(hook, patch, base, ps, sources, repo, env, r.output, [])))
     return probs
+
+
+def _tree_with(repo: Path, hook: Path) -> str | None:
+    env = gitutil.isolated_env()
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    r = gitutil.git("apply", "--cached", "--whitespace=nowarn", hook.resolve(), cwd=repo, env=env, check=False)
+    return gitutil.git("write-tree", cwd=repo, env=env).stdout.strip() if r.ok else None
+
+
+def redundant_overrides(ps: Patchset, sources: Sources, trees: dict[str, Path], workdir: Path) -> list[tuple[Path, str]]:
+    """Overrides that earn no place: removing ``hooks/<p>/v<B>.diff`` leaves every base that uses it (B, and the bases
+    beyond B that inherit it) with a hook (the shared one, or a neighbouring base's override) that gives the same
+    files on its pristine tree, so the generated patches would be byte for byte the same (their ``sources-sha256``
+    aside). Judged only where the pristine trees of all those bases are in ``trees``."""
+    out = []
+    repos: dict[str, Path] = {}
+
+    def repo(base: str) -> Path:
+        if base not in repos:
+            repos[base] = workdir / f"redundant-v{base}"
+            gitutil.clone_local(trees[base], repos[base], checkout=False)
+        return repos[base]
+
+    for patch in ps.patches:
+        for b in patch.bases:
+            own = sources.override_hook(patch, b)
+            if not own.is_file():
+                continue
+            users = sources.hook_users(patch, own, ps)
+            if not users or any(u not in trees for u in users):
+                continue
+            alts = {u: sources.inherited_hook(patch, u, ps, skip=own) for u in users}
+            if any(a is None for a in alts.values()):
+                continue
+            if all(_tree_with(repo(u), own) == _tree_with(repo(u), alts[u]) is not None for u in users):
+                said = "; ".join(f"on {u} as {sources.rel(a)}" for u, a in alts.items())
+                out.append((own, f"gives the same files as the hook its base(s) would use without it ({said}): "
+                                 "the patches it makes are byte for byte what they would be without it; delete it"))
+    return out
 
 
 def _text_diff(a: bytes, b: bytes, a_name: str, b_name: str, limit: int = 200) -> str:
@@ -212,6 +243,27 @@ def check_regenerate(base: str, pdir: Path, expected: dict[str, bytes]) -> tuple
             probs.append(Problem(str(pdir / name), "differs from what generate produces (edited by hand, or sources changed without regenerating)"))
         diffs.append(_text_diff(a or b"", b or b"", f"a/{pdir.name}/{name}", f"b/{pdir.name}/{name}"))
     return probs, "".join(diffs)
+
+
+def check_requirements(ps: Patchset, sources: Sources) -> list[Problem]:
+    """Every base has ``requirements/base-<base>.txt`` pinning exactly its torch (what ``tools venv`` and dev.sh install),
+    and no such file is left for a base that is gone."""
+    probs = []
+    for b in ps.bases:
+        req = requirements_file(sources, b)
+        if not req.is_file():
+            probs.append(Problem(str(req), f"missing: base {b}'s pins (torch=={b} and -r ../requirements-dev.txt), "
+                                           f"which `python -m tools venv {b}` and scripts/dev.sh install"))
+            continue
+        try:
+            torch_pin(req, b)
+        except PatchsetError as e:
+            probs.append(Problem(e.where, e.reason))
+    req_dir = sources.root / "requirements"
+    for f in sorted(req_dir.glob("base-*.txt")) if req_dir.is_dir() else ():
+        if f.name[len("base-"):-len(".txt")] not in ps.bases:
+            probs.append(Problem(str(f), f"no base {f.name[5:-4]} in patchset.toml; delete this file"))
+    return probs
 
 
 def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
@@ -248,7 +300,8 @@ def _check_tree(base: str, ps: Patchset, sources: Sources, pdir: Path, tree: Pat
     return found + probs
 
 
-def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, out=sys.stdout) -> list[Problem]:
+def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path | None = None, *, out=sys.stdout,
+          warn=progress) -> list[Problem]:
     ps = sources.load()
     selected = select_bases(ps, selected)
     problems: list[Problem] = []
@@ -256,13 +309,14 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
         if d.is_dir() and d.name[1:] not in ps.bases:
             problems.append(Problem(str(d), f"no base {d.name[1:]} in patchset.toml; delete this directory"))
     problems += check_overlay_claimed(ps, sources)
+    problems += check_requirements(ps, sources)
     warned: set = set()
     for base in selected:
         pdir = sources.patches_dir / f"v{base}"
         progress(f"check v{base}: [1/4] series and files")
         found = check_files(base, ps, pdir)
         progress(f"check v{base}: [2/4] headers")
-        found += check_headers(base, pdir, warned=warned)
+        found += check_headers(base, pdir, warn=warn, warned=warned)
         try:
             tree = bases_mod.require_base_tree(base, cache_dir)
         except PatchsetError as e:
@@ -271,11 +325,21 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
             found += _check_tree(base, ps, sources, pdir, tree, out)
         progress(f"check v{base}: {'ok' if not found else f'{len(found)} problem(s)'}")
         problems += found
+    trees = {b: bases_mod.base_tree(b, cache_dir) for b in selected if bases_mod.base_tree(b, cache_dir).joinpath(".git").exists()}
+    with tempfile.TemporaryDirectory(prefix="patchset-check-overrides-") as tmp:
+        for f, why in redundant_overrides(ps, sources, trees, Path(tmp)):
+            warn(f"warning: {sources.rel(f)}: {why}")
     return problems
 
 
 def _cmd_check(args) -> int:
-    problems = check(sources_from_args(args), args.base)
+    warnings: list[str] = []
+
+    def warn(msg: str) -> None:
+        progress(msg)
+        warnings.append(msg)
+
+    problems = check(sources_from_args(args), args.base, warn=warn)
     if problems:
         print(f"check failed: {len(problems)} problem(s)", file=sys.stderr)
         for p in problems:
@@ -283,7 +347,9 @@ def _cmd_check(args) -> int:
         if any("differs from" in p.reason or "generate would" in p.reason for p in problems):
             print(f"to bring patches/ in sync with the sources: {FIX_COMMAND}", file=sys.stderr)
         return 1
-    print("check: ok")
+    print("check: ok" + (f", with {len(warnings)} warning(s):" if warnings else ""))
+    for w in warnings:
+        print(f"  {w.removeprefix('warning: ')}")
     return 0
 
 

@@ -12,6 +12,7 @@ from tools.common import PatchsetError
 # each registers its subcommand(s), in this order
 SUBCOMMAND_MODULES = [
     "tools.bases",  # bases: fetch wheels, build pristine git trees
+    "tools.baseenv",  # venv: each base's virtual environment from requirements/base-<base>.txt
     "tools.generate",  # generate
     "tools.check",  # check
     "tools.apply",  # apply onto a PyTorch checkout
@@ -27,11 +28,12 @@ DESCRIPTION = """\
 The inductor patch set's one CLI: make and check the patch series (bases, generate, check), put it onto a
 PyTorch checkout (apply), onto this environment's torch (install, uninstall, status) or into a torch wheel
 (wheel), export upstream PRs (export-pr) and run the feature demos (demo).
-`python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2."""
+`python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2.
+`python -m tools` works in the repo root; from anywhere else: `python /path/to/repo/tools <subcommand>`."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools", description=DESCRIPTION,
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog or "python -m tools", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
@@ -39,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except PatchsetError as e:

@@ -8,7 +8,9 @@ fatal (unless ``--strict``); other ``examples/*.py`` are run after the features'
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,13 +21,49 @@ from tools.distinfo import find_site_packages
 from tools.journal import State, verify_manifest
 
 EXAMPLES_DIR = REPO_ROOT / "examples"
-RUNNER = "import runpy, sys; m = runpy.run_path(sys.argv[1]); m['main']() if 'main' in m else sys.exit('no main()')"
+RUNNER = ("import runpy, sys; from tools.demo import quiet_known_harmless_logs; quiet_known_harmless_logs(); "
+          "m = runpy.run_path(sys.argv[1]); m['main']() if 'main' in m else sys.exit('no main()')")
 # Warnings the demos cause on purpose and that say nothing about the patch set (PYTHONWARNINGS syntax). Anything
 # else, torch's own log lines and the warnings the demos are about, is left alone.
 KNOWN_HARMLESS_WARNINGS = (
     # demos compile with force_disable_caches so every variant really compiles
     "ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches:UserWarning",
 )
+# Log records (not warnings: PYTHONWARNINGS cannot reach them) that third-party code emits while a demo imports it,
+# and that say nothing about the patch set: (logger, regex of the message, a path part one of the calling frames must
+# have, or None). Each is dropped by a filter on that one logger in the demo's process; everything else is printed.
+KNOWN_HARMLESS_LOGS = (
+    # torchao 0.18 loads every _C*.so it ships: its mxfp8 one is built for CPython 3.10, its cutlass one for sm90a
+    # GPUs; neither is used on a CPU, and the da8w4 ops come from csrc/ (or the tests' reference kernel)
+    ("torchao", r"^Failed to load \S*/torchao/_C_(mxfp8|cutlass)\w*\.\S*\.so: ", None),
+    # torchao registers its enums (KernelPreference ...) as pytree constants, which torch 2.13 deprecates for Enum
+    # subclasses: torchao's call, logged by torch; only when a torchao frame made it
+    ("torch.utils._pytree", r"is an Enum subclass and is now natively supported by torch\.compile", "/torchao/"),
+)
+
+
+class _DropKnown:
+    def __init__(self, pattern: str, caller: str | None):
+        self.pattern = re.compile(pattern)
+        self.caller = caller
+
+    def filter(self, record) -> bool:
+        if not self.pattern.search(record.getMessage()):
+            return True
+        if self.caller is None:
+            return False
+        f = sys._getframe()
+        while f is not None:
+            if self.caller in f.f_code.co_filename.replace(os.sep, "/"):
+                return False
+            f = f.f_back
+        return True
+
+
+def quiet_known_harmless_logs() -> None:
+    """Install KNOWN_HARMLESS_LOGS' filters (the demo's process calls this before it runs the script)."""
+    for name, pattern, caller in KNOWN_HARMLESS_LOGS:
+        logging.getLogger(name).addFilter(_DropKnown(pattern, caller))
 
 
 def demo_scripts(metadata: Path = PATCHSET_TOML, examples: Path = EXAMPLES_DIR) -> list[tuple[str, Path]]:

@@ -25,7 +25,7 @@ from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, pro
 from tools.patchapply import find_hunk
 from tools.patchfile import commit_message, parse_patch, patch_date, split_lines
 from tools.seriesfile import series_text
-from tools.sources import (SHARED_HOOK, Sources, add_repo_root_arg, hook_base, orphan_hook_files, select_bases,
+from tools.sources import (OVERRIDE_RE, SHARED_HOOK, Sources, add_repo_root_arg, hook_base, orphan_hook_files, select_bases,
                            shadowed_shared_hooks, sources_digest, sources_from_args, unclaimed_overlay_files)
 
 
@@ -113,14 +113,18 @@ def hook_failure(hook: Path, patch: PatchMeta, base: str, ps: Patchset, sources:
     spacing = "keep hunks 3+ lines away from other patches' hunks"
     if alone:
         return f"applies to pristine torch {base} alone but not{after}: {detail}; its hunks and theirs are too close: {spacing}"
-    if hook.name == SHARED_HOOK:
-        made_on = hook_base(ps, patch)
+    if hook != sources.override_hook(patch, base):  # the shared hook, or a neighbour's override it inherits
+        m = OVERRIDE_RE.fullmatch(hook.name)
+        made_on = m.group(1) if m else hook_base(ps, patch)
+        what = (f"the shared hook (made against {made_on})" if not m else
+                f"the override of {made_on}, which torch {base} inherits (an override serves the bases beyond it, "
+                f"away from {hook_base(ps, patch)}),")
         if base == made_on:
             fix = f"remake it against pristine torch {base}, the base the shared hook is made against (CONTRIBUTING.md)"
         else:
             fix = (f"if torch {base} needs other context or other lines, give it an override "
                    f"{sources.rel(sources.override_hook(patch, base))} made against pristine torch {base} (CONTRIBUTING.md)")
-        return f"the shared hook (made against {made_on}) does not apply to pristine torch {base}{after}: {detail}; {fix}; {spacing}"
+        return f"{what} does not apply to pristine torch {base}{after}: {detail}; {fix}; {spacing}"
     return f"does not apply to pristine torch {base}{after}: {detail}; remake it against the pristine tree (see CONTRIBUTING.md) and {spacing}"
 
 
@@ -135,14 +139,15 @@ def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: P
     commits = []
     owners: dict[str, str] = {}
     for i, patch in enumerate(series):
-        diff = sources.hook_diff(patch, base)
+        diff = sources.hook_diff(patch, base, ps)
         if diff is not None:
             r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-p1", diff.resolve(), cwd=repo, env=env, check=False)
             if not r.ok:
                 raise PatchsetError(diff, hook_failure(diff, patch, base, ps, sources, repo, env, r.output, [p.name for p in series[:i]]))
         else:
             warn(f"warning: {sources.rel(sources.hooks_dir / patch.name)}/: no hook diff for {patch.name} on {base} (neither "
-                 f"{SHARED_HOOK} nor {sources.override_hook(patch, base).name}); the patch only adds its new files")
+                 f"{SHARED_HOOK} nor {sources.override_hook(patch, base).name} nor an override it inherits); the patch only "
+                 "adds its new files")
         pairs = [(sources.overlay_file(o), o) for o in patch.overlay] + [(sources.test_file(t), t) for t in patch.tests]
         _add_files(repo, env, patch, base, pairs, owners)
         tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip()

@@ -151,20 +151,20 @@ _FAILED_AT = [
 ]
 
 
-def explain_apply_failure(output: str) -> tuple[str | None, str]:
-    """(file, short reason) out of git apply/am's stderr."""
-    file = None
+def explain_apply_failure_files(output: str) -> tuple[list[str], str]:
+    """(every file git apply/am names as failing, in order; short reason) out of its stderr."""
+    files: list[str] = []
     reasons = []
     for line in output.splitlines():
         line = line.strip()
         m = _FAILED_AT[0].search(line)
         if m:
-            file = file or m.group("file")
+            files.append(m.group("file"))
             reasons.append(f"hunk at {m.group('file')}:{m.group('line')} does not match (no fuzz is allowed)")
             continue
         m = _FAILED_AT[1].search(line)
         if m:
-            file = file or m.group("file")
+            files.append(m.group("file"))
             if m.group("why") != "patch does not apply":
                 reasons.append(f"{m.group('file')} {m.group('why')}")
             continue
@@ -173,7 +173,13 @@ def explain_apply_failure(output: str) -> tuple[str | None, str]:
             reasons.append(line.removeprefix("error: "))
     if not reasons:
         reasons = [output.strip().splitlines()[0] if output.strip() else "git reported no reason"]
-    return file, "; ".join(dict.fromkeys(reasons))
+    return list(dict.fromkeys(files)), "; ".join(dict.fromkeys(reasons))
+
+
+def explain_apply_failure(output: str) -> tuple[str | None, str]:
+    """(first file, short reason) out of git apply/am's stderr."""
+    files, reason = explain_apply_failure_files(output)
+    return (files[0] if files else None), reason
 
 
 def apply_failure_text(output: str) -> str:

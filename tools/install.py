@@ -24,7 +24,7 @@ from tools.seriesfile import load_series, series_digest, series_state
 from tools.sources import fresh_series_dir
 
 
-def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path) -> dict:
+def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path, dry_run: bool = False) -> dict:
     """Verify and compute everything; touch nothing. Returns the manifest-to-be plus the new contents."""
     ps = load_patchset(metadata)
     base = base_of_version(dist.version, ps, where=dist.metadata_path)
@@ -34,7 +34,9 @@ def plan_install(dist: TorchDist, patches_dir: Path, metadata: Path) -> dict:
     progress(f"torch {dist.version} -> base {base}; series {sdir} ({len(patches)} patches, {detail})")
     if state == "modified":
         progress(f"warning: {sdir}: the series {detail}; `python -m tools check` has not vouched for it. "
-                 f"It is installed as {ps.name} {ps.version} with series_state 'modified' (see `status`)")
+                 + (f"`install` without --dry-run would install it as {ps.name} {ps.version} with series_state "
+                    "'modified' (see `status`)" if dry_run else
+                    f"Installing it as {ps.name} {ps.version} with series_state 'modified' (see `status`)"))
     site = dist.site
 
     def verify(rel: str) -> tuple[bytes | None, str | None]:
@@ -153,7 +155,7 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
             progress(f"--replace: uninstalling {what} first")
             _uninstall_locked(st, force=False)
             dist = TorchDist(site)
-        plan = plan_install(dist, patches_dir, metadata)
+        plan = plan_install(dist, patches_dir, metadata, dry_run)
         m = plan["manifest"]
         for d in {(site / e["path"]).parent for e in m["files"]} | {site / "torch/_inductor"}:
             while not d.exists():
@@ -163,6 +165,7 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
         if dry_run:
             for e in m["files"]:
                 print(f"would {'add' if e['action'] == 'added' else 'modify'} {e['path']}")
+            print(f"dry run: nothing was installed into {site}")
             return 0
         commit_install(st, plan)
         mod = " from a MODIFIED series (see `status`)" if m["series_state"]["state"] == "modified" else ""

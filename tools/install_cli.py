@@ -7,11 +7,11 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, add_subcommand, load_patchset
+from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, add_subcommand, base_of_version, load_patchset
 from tools.distinfo import TorchDist, find_site_packages, stock_pip_hint
 from tools.fsutil import sha256_file
 from tools.install import install, uninstall
-from tools.journal import State, lock, recover, verify_manifest
+from tools.journal import STATE_DIR, State, lock, recover, verify_manifest
 from tools.seriesfile import load_series, series_digest
 from tools.sources import fresh_series_dir
 
@@ -29,6 +29,35 @@ def _checkout_note(name: str, version: str, digest: str | None, base: str, patch
                   f"({digest[:12]}) under the same version {version}; {how} to switch")
 
 
+def _series_paths(dist: TorchDist, patches_dir: Path, metadata: Path) -> list[str]:
+    """The torch/ files this checkout's series for the torch's base touches (none when that cannot be told)."""
+    with contextlib.suppress(PatchsetError):
+        base = base_of_version(dist.version, load_patchset(metadata), where=dist.metadata_path)
+        series = load_series(fresh_series_dir(patches_dir, base, metadata))
+        return sorted({fd.path for p in series for fd in p.files if fd.path.startswith("torch/")})
+    return []
+
+
+def not_stock(dist: TorchDist, extra: list[str] = ()) -> tuple[list[str], list[str]]:
+    """(files that differ from torch's RECORD, .py files that RECORD does not list) among torch/_inductor/ and
+    ``extra`` (what the series touches): enough to tell a hand-edited torch from a stock one without hashing
+    the whole 1-5 GB install. Our own state dir is not looked at (its name is not importable)."""
+    site = dist.site
+    changed = []
+    for rel, (h, _) in sorted(dist.record.items()):
+        if h and (rel.startswith("torch/_inductor/") and rel.endswith(".py") or rel in extra):
+            if sha256_file(site / rel) != h:
+                changed.append(rel)
+    unlisted = []
+    ind = site / "torch" / "_inductor"
+    for p in sorted(ind.rglob("*.py")) if ind.is_dir() else ():
+        rel = p.relative_to(site).as_posix()
+        if rel not in dist.record and "__pycache__" not in p.parts and not rel.startswith(STATE_DIR + "/"):
+            unlisted.append(rel)
+    unlisted += [rel for rel in extra if rel not in dist.record and (site / rel).exists() and rel not in unlisted]
+    return changed, unlisted
+
+
 def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSET_TOML) -> int:
     st = State(site)
     with lock(site):
@@ -40,8 +69,17 @@ def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSE
         if m is None:
             w = dist.wheel_patchset()
             if w is None:
-                print("patch set: not installed (stock torch)")
-                return 0
+                changed, unlisted = not_stock(dist, _series_paths(dist, patches_dir, metadata))
+                if not changed and not unlisted:
+                    print("patch set: not installed (stock torch: its torch/_inductor/ files match torch's RECORD)")
+                    return 0
+                print("patch set: not installed, but this torch is NOT stock:")
+                if changed:
+                    print(f"  {len(changed)} file(s) differ from torch's RECORD (edited by hand?): {', '.join(changed)}")
+                if unlisted:
+                    print(f"  {len(unlisted)} file(s) not in torch's RECORD (left by someone?): {', '.join(unlisted)}")
+                print(f"`install` refuses such files; to get stock torch: {stock_pip_hint(dist.version)}")
+                return 1
             print(f"patch set: {w['name']} {w['version']} on base v{w['base']}, built into a patched wheel "
                   f"(`python -m tools wheel`) that pip installed; `install`/`uninstall` do not manage it")
             for name, _ in w["series"]:

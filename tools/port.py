@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import gitutil
+from tools.baseenv import requirements_file, requirements_template
 from tools.common import Patchset, PatchMeta, PatchsetError, progress, version_key
 from tools.port_merge import Carry, HunkIssue, applies, carry_hook, diff_against
 from tools.sources import SHARED_HOOK, Sources, select_bases
@@ -37,9 +38,9 @@ def source_candidates(new: str, have: list[str]) -> list[str]:
 @dataclasses.dataclass
 class PatchPort:
     patch: str
-    status: str  # "shared" | "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
+    status: str  # "inherited" | "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
     carry: Carry | None
-    hook_file: Path  # the hook the new base will use: the shared hook.diff ("shared") or the override
+    hook_file: Path  # the hook the new base will use: the one it inherits ("inherited") or its override
     notes: list[str]
 
 
@@ -50,13 +51,16 @@ class PortResult:
     patches: list[PatchPort]
     toml_written: bool
     listed: frozenset[str] = frozenset()  # "[patchset]" and the patches whose bases already list the version
+    requirements: Path | None = None  # requirements/base-<version>.txt
+    requirements_written: bool = False
+    readme_lists_base: bool = False  # README.md's "Supported bases" table has a row for the version
 
     @property
     def needs_hand_work(self) -> list[PatchPort]:
         return [p for p in self.patches if p.status in ("conflict", "no-source", "collides")]
 
     def ported(self) -> list[str]:
-        return [p.patch for p in self.patches if p.status in ("shared", "wrote", "unchanged", "kept", "no-hook")]
+        return [p.patch for p in self.patches if p.status in ("inherited", "wrote", "unchanged", "kept", "no-hook")]
 
 
 def _sorted_bases(bases: list[str]) -> list[str]:
@@ -93,6 +97,16 @@ def add_base_to_toml(text: str, new: str, patches: list[str], where: Path) -> st
     return "".join(lines)
 
 
+def readme_lists_base(sources: Sources, version: str) -> bool:
+    """Does README.md's "Supported bases" table have a row for ``version``?"""
+    try:
+        text = sources.root.joinpath("README.md").read_text()
+    except OSError:
+        return False
+    section = text.partition("## Supported bases")[2].split("\n## ", 1)[0]
+    return re.search(rf"^\|\s*{re.escape(version)}\s*\|", section, re.M) is not None
+
+
 def port(
     version: str,
     sources: Sources | None = None,
@@ -118,6 +132,15 @@ def port(
         if n not in names:
             raise PatchsetError(f"--patch {n}", f"no such patch in {sources.patchset_toml} ({', '.join(names)})")
     selected = [p for p in ps.patches if not only or p.name in only]
+    if fetch and bases_mod.find_wheel(version, bases_mod.wheels_dir(cache_dir)) is None:
+        progress(f"port: asking the package index whether torch {version} exists (pip index versions torch)")
+        known = bases_mod.released_versions()
+        if known is None:
+            progress("port: pip could not list torch's releases; trying the download itself")
+        elif version not in {k.partition("+")[0] for k in known}:
+            shown = ", ".join(known[:12]) + (f" and {len(known) - 12} older" if len(known) > 12 else "")
+            raise PatchsetError(f"torch {version}", f"not a release the package index knows (it lists {shown}); "
+                                "nothing was downloaded")
     try:
         new_tree = bases_mod.ensure_base(version, cache_dir, fetch=fetch)
     except PatchsetError as e:
@@ -125,7 +148,8 @@ def port(
             raise PatchsetError(f"torch {version}", f"cannot get its wheel: {e.where}: {e.reason}") from e
         raise
     listed = frozenset(["[patchset]"] * (version in ps.bases) + [p.name for p in ps.patches if version in p.bases])
-    result = PortResult(version, new_tree, [], False, listed)
+    result = PortResult(version, new_tree, [], False, listed, requirements_file(sources, version),
+                        readme_lists_base=readme_lists_base(sources, version))
     with tempfile.TemporaryDirectory(prefix=f"patchset-port-v{version}-") as tmpd:
         tmp = Path(tmpd)
         (tmp / "m").mkdir()
@@ -141,11 +165,32 @@ def port(
             sources.patchset_toml.write_text(new_text)
             sources.load()  # still valid
         result.toml_written = True
+        if not result.requirements.is_file():
+            result.requirements.parent.mkdir(parents=True, exist_ok=True)
+            result.requirements.write_text(requirements_template(version))
+            result.requirements_written = True
     return result
 
 
+def _without_index(diff: str) -> str:
+    return "".join(l for l in diff.splitlines(True) if not l.startswith("index "))
+
+
+def _tree_of(repo: Path, new_tree: Path, diff: str) -> str | None:
+    """The git tree of the pristine new base with ``diff`` applied (no fuzz), or None when it does not apply."""
+    if not repo.exists():
+        gitutil.clone_local(new_tree, repo, checkout=False)
+    env = gitutil.isolated_env()
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-", cwd=repo, env=env, input=diff, check=False)
+    tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip() if r.ok else None
+    gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
+    return tree
+
+
 def _shared_result(shared: Path, repo: Path, new_tree: Path) -> tuple[str | None, str]:
-    """(``git diff`` of the new pristine tree with the shared hook applied as it is, or None; git's reason)."""
+    """(``git diff`` of the new pristine tree with ``shared`` (the hook it inherits) applied as it is, or None; git's
+    reason)."""
     if not repo.exists():
         gitutil.clone_local(new_tree, repo, checkout=False)
     env = gitutil.isolated_env()
@@ -160,19 +205,19 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
     hook_file = sources.override_hook(patch, version)
     shared = sources.shared_hook(patch)
     rel = sources.rel(hook_file)
-    have = [b for b in patch.bases if b != version and sources.hook_diff(patch, b) is not None]
+    have = [b for b in patch.bases if b != version and sources.hook_diff(patch, b, ps) is not None]
     if from_base:
         cands = [from_base] if from_base in have else []
     else:
         cands = source_candidates(version, have)
     if not cands:
-        if not any(sources.hook_diff(patch, b) is not None for b in patch.bases):
+        if not any(sources.hook_diff(patch, b, ps) is not None for b in patch.bases):
             return PatchPort(patch.name, "no-hook", None, hook_file, ["no hook diff on any base: the patch only adds files"])
         why = f"no hooks/{patch.name}/v{from_base}.diff or {SHARED_HOOK}" if from_base else "no other base has a hook diff"
         return PatchPort(patch.name, "no-source", None, hook_file, [why])
     carries = []
     for src in cands:
-        used = sources.hook_diff(patch, src)
+        used = sources.hook_diff(patch, src, ps)
         progress(f"port v{version}: {patch.name}: merging its v{src} hook ({sources.rel(used)})")
         src_tree = bases_mod.require_base_tree(src, cache_dir)
         c = carry_hook(used, src, src_tree, version, new_tree, tmp / "m")
@@ -193,19 +238,22 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
             notes.append(f"from v{c.source} instead: also clean but a different hook; compare before trusting either")
         elif chosen.clean:
             notes.append(f"from v{c.source} instead: the same hook")
-    # the shared hook as it is (offsets, no fuzz): used, with no file written, when it gives what the carry gives
-    as_is, why_not = _shared_result(shared, repo, new_tree) if shared.is_file() else (None, "")
+    # the hook the new base inherits (the shared one, or a neighbouring base's override: Sources.inherited_hook) as it
+    # is (offsets, no fuzz): used, with no file written, when it gives what the carry gives
+    inherited = sources.inherited_hook(patch, version, ps, skip=hook_file)
+    ih = f"{sources.rel(inherited)} (the hook torch {version} inherits)" if inherited else ""
+    as_is, why_not = _shared_result(inherited, repo, new_tree) if inherited else (None, "")
     if as_is is not None and not hook_file.is_file():
         if chosen.clean and as_is == chosen.diff:
-            return PatchPort(patch.name, "shared", chosen, shared, notes)
+            return PatchPort(patch.name, "inherited", chosen, inherited, notes)
         if chosen.clean:
-            notes.append(f"{SHARED_HOOK} also applies to torch {version} as it is, but gives another result than the "
+            notes.append(f"{ih} also applies to torch {version} as it is, but gives another result than the "
                          f"carry from v{chosen.source}; the carry is written as an override: compare the two")
         else:
-            notes.append(f"{SHARED_HOOK} applies to torch {version} as it is; if its lines are right there, no override "
+            notes.append(f"{ih} applies to torch {version} as it is; if its lines are right there, no override "
                          f"is needed: add {version} to the patch's bases by hand")
-    elif shared.is_file() and as_is is None and chosen.clean:
-        notes.append(f"{SHARED_HOOK} does not apply to torch {version} as it is ({why_not}), so the base gets an override")
+    elif inherited and as_is is None and chosen.clean:
+        notes.append(f"{ih} does not apply to torch {version} as it is ({why_not}), so the base gets an override")
     if not chosen.clean:
         if workdir is not None:
             d = workdir / patch.name
@@ -223,10 +271,16 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
         return PatchPort(patch.name, "empty", chosen, hook_file, notes + [f"torch {version} already has every change of the hook; nothing to write"])
     if hook_file.is_file():
         existing = hook_file.read_text()
-        if as_is is not None and as_is == existing:
-            notes.append(f"{rel} gives the same as {SHARED_HOOK} as it is; it can be deleted")
+        if inherited and _tree_of(repo, new_tree, existing) == _tree_of(repo, new_tree, inherited.read_text()) is not None:
+            notes.append(f"{rel} gives the same files as {ih}; it can be deleted (`check` warns about it)")
         if existing == chosen.diff:
             return PatchPort(patch.name, "unchanged", chosen, hook_file, notes)
+        if not force and _tree_of(repo, new_tree, existing) == _tree_of(repo, new_tree, chosen.diff) is not None:
+            form = ("only its `index` lines differ (blob ids git apply does not use; the carried hook's are the "
+                    "pristine and hooked files' own)" if _without_index(existing) == _without_index(chosen.diff)
+                    else "it differs in form only (hunk layout or context lines)")
+            return PatchPort(patch.name, "unchanged", chosen, hook_file, notes + [
+                f"{rel} gives the same files as the carried hook on torch {version}; {form}; kept (--force rewrites it)"])
         if not force:
             return PatchPort(patch.name, "kept", chosen, hook_file, notes + [f"{rel} exists and differs from the carried hook; kept (--force overwrites it)"])
     hook_file.parent.mkdir(parents=True, exist_ok=True)
@@ -244,9 +298,9 @@ def _check_series_order(result: PortResult, ps: Patchset, sources: Sources, vers
     for patch in ps.patches:
         pp = by_name.get(patch.name)
         if pp is not None:
-            f = pp.hook_file if pp.status in ("shared", "wrote", "unchanged", "kept") else None
+            f = pp.hook_file if pp.status in ("inherited", "wrote", "unchanged", "kept") else None
         elif version in patch.bases or sources.override_hook(patch, version).is_file():
-            f = sources.hook_diff(patch, version)  # not ported in this run: what generate will use
+            f = sources.hook_diff(patch, version, ps)  # not ported in this run: what generate will use
         else:
             f = None
         if f is None:
@@ -257,7 +311,7 @@ def _check_series_order(result: PortResult, ps: Patchset, sources: Sources, vers
             msg = f"does not apply after {', '.join(before) or 'nothing'} on torch {version} ({why}): its hunks and another patch's are too close; move them 3+ lines apart"
             if pp is not None:
                 pp.notes.append(msg)
-                if pp.status in ("shared", "wrote", "unchanged", "kept"):
+                if pp.status in ("inherited", "wrote", "unchanged", "kept"):
                     pp.status = "collides"
             continue
         before.append(patch.name)

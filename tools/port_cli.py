@@ -36,7 +36,7 @@ from pathlib import Path
 from tools import gitutil
 from tools.common import add_subcommand
 from tools.port import PortResult, port
-from tools.sources import Sources, add_repo_root_arg, sources_from_args
+from tools.sources import SHARED_HOOK, Sources, add_repo_root_arg, sources_from_args
 
 
 def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
@@ -49,8 +49,10 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
     for p in res.patches:
         c = p.carry
         src = f" from v{c.source}" if c else ""
+        kind = "the shared one" if p.hook_file.name == SHARED_HOOK else "a neighbouring base's override"
         verdict = {
-            "shared": f"carried{src}; the shared {rel(p.hook_file)} applies as it is (offsets only) and gives the same; no override written",
+            "inherited": f"carried{src}; {rel(p.hook_file)}, the hook torch {res.version} inherits ({kind}), applies as it "
+                         "is (offsets only) and gives the same; no override written",
             "wrote": f"carried{src}; wrote {rel(p.hook_file)}",
             "unchanged": f"carried{src}; {rel(p.hook_file)} already says the same",
             "kept": f"carried{src}; existing {rel(p.hook_file)} kept",
@@ -89,8 +91,16 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
             print(f"  {step}. patchset.toml: add \"{res.version}\" to bases of {', '.join(todo)} (or re-run with --write)", file=out)
         else:
             print(f"  {step}. patchset.toml: already lists {res.version} in [patchset] and every patch here", file=out)
-    print(f"  {step + 1}. python -m tools generate --base {res.version} && python -m tools check", file=out)
-    print(f"  {step + 2}. README.md 'Supported bases': add {res.version}", file=out)
+    step += 1
+    if res.requirements_written:
+        print(f"  {step}. wrote {rel(res.requirements)} (torch=={res.version}; `python -m tools venv {res.version}` makes its venv)", file=out)
+        step += 1
+    elif not res.requirements.is_file():
+        print(f"  {step}. {rel(res.requirements)}: add it (torch=={res.version} and -r ../requirements-dev.txt; --write does)", file=out)
+        step += 1
+    print(f"  {step}. python -m tools generate --base {res.version} && python -m tools check", file=out)
+    if not res.readme_lists_base:
+        print(f"  {step + 1}. README.md 'Supported bases': add {res.version}", file=out)
 
 
 def _cmd_port(args) -> int:

@@ -83,8 +83,13 @@ def series_digest(patches: list[Patch]) -> str:
 
 def series_state(series_dir: Path) -> tuple[str, str]:
     """Is this series the one committed in its git checkout? ('committed' | 'modified' | 'unknown', detail).
-    The committed files are the recorded series (`check` proves them); anything else was edited by hand or
-    regenerated without committing. No git, or not a checkout: 'unknown' (install never needs git)."""
+
+    "Committed" means: the git checkout that holds the series tracks the patch set (the series' own files, or the
+    ``patchset.toml`` beside ``patches/``), and the series' files there are as HEAD has them. Those are the files
+    ``check`` proved; anything else was edited by hand or regenerated without committing ('modified').
+    A series that no checkout tracks is 'unknown', not 'modified': no git, no checkout, or a tree that only lies
+    inside another repository without being part of it (an unpacked copy of the project in someone's home repo).
+    install never needs git."""
     env = {**os.environ, "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1"}
 
     def git(*args):
@@ -95,6 +100,12 @@ def series_state(series_dir: Path) -> tuple[str, str]:
         head = git("rev-parse", "--short=12", "HEAD")
         if head.returncode:
             return "unknown", f"{series_dir} is not in a git checkout; cannot compare it with a committed series"
+        top = git("rev-parse", "--show-toplevel").stdout.strip()
+        toml = series_dir.resolve().parent.parent / "patchset.toml"
+        tracked = git("ls-files", "--", ".").stdout.strip() or git("ls-files", "--", str(toml)).stdout.strip()
+        if not tracked:
+            return "unknown", (f"{series_dir} lies inside the git checkout {top}, which tracks neither it nor {toml}: "
+                               "not the patch set's own checkout, so there is no committed series to compare with")
         st = git("status", "--porcelain", "--untracked-files=all", "--", ".")
     except (OSError, subprocess.SubprocessError) as e:
         return "unknown", f"cannot run git ({e}); cannot compare {series_dir} with a committed series"

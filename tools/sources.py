@@ -1,8 +1,9 @@
 """The hand-edited sources of the patch set: ``patchset.toml``, ``hooks/``, ``torch_overlay/``, ``test/``.
 
 ``Sources`` says where they are (tests point it at a fake repo) and which hook file a patch uses on a base
-(``hook_diff``: the override ``hooks/<patch>/v<base>.diff`` if there is one, else the shared
-``hooks/<patch>/hook.diff``, made against ``hook_base``), ``validate_metadata`` holds ``patchset.toml`` to the
+(``hook_diff``: the override ``hooks/<patch>/v<base>.diff`` if there is one, else the override of the nearest base
+between it and ``hook_base`` on its side, else the shared ``hooks/<patch>/hook.diff``, made against ``hook_base``:
+``inherited_hook``), ``validate_metadata`` holds ``patchset.toml`` to the
 header rules of ``tools.patchfile``, and ``sources_digest`` fingerprints what ``generate`` reads for one base, so
 that ``install``/``wheel`` can refuse a ``patches/`` that is older than its sources (``require_fresh_series``).
 """
@@ -68,13 +69,42 @@ class Sources:
         """``hooks/<patch>/v<base>.diff``: the hook of ``base`` only, instead of the shared one."""
         return self.hooks_dir / patch.name / f"v{base}.diff"
 
-    def hook_diff(self, patch: PatchMeta, base: str) -> Path | None:
-        """The hook ``generate`` applies for ``patch`` on ``base``: its override, else the shared hook, else None
-        (the patch only adds files there)."""
-        for f in (self.override_hook(patch, base), self.shared_hook(patch)):
-            if f.is_file():
+    def hook_diff(self, patch: PatchMeta, base: str, ps: Patchset | None = None) -> Path | None:
+        """The hook ``generate`` applies for ``patch`` on ``base``: its own override, else the hook it inherits
+        (``inherited_hook``), else None (the patch only adds files there)."""
+        own = self.override_hook(patch, base)
+        return own if own.is_file() else self.inherited_hook(patch, base, ps)
+
+    def inherited_hook(self, patch: PatchMeta, base: str, ps: Patchset | None = None,
+                       skip: Path | None = None) -> Path | None:
+        """The hook ``base`` uses when it has no override of its own. Overrides extend away from the base the shared
+        hook is made against (``hook_base``, the anchor): the override of the nearest base the patch lists between
+        ``base`` and the anchor (on ``base``'s side; the anchor's own override counts only where there is no shared
+        hook) serves ``base``, else the shared hook does. So ``v2.14.1.diff`` also serves 2.15.0, 2.16.0 ... until a
+        later base has its own, and ``v2.11.0.diff`` serves 2.10.0. ``skip``: pretend that file is not there
+        (``check``: what would a base use without this override?)."""
+        ps = ps or self.load()
+        anchor, k = version_key(hook_base(ps, patch)), version_key(base)
+        shared = self.shared_hook(patch)
+        has_shared = shared.is_file() and shared != skip
+
+        def between(b: str) -> bool:
+            v = version_key(b)
+            if v == anchor:
+                return not has_shared and v != k
+            return anchor < v < k or k < v < anchor
+
+        # nearest to ``base`` first: all candidates are on one side of it
+        for b in sorted(filter(between, patch.bases), key=version_key, reverse=k > anchor):
+            f = self.override_hook(patch, b)
+            if f.is_file() and f != skip:
                 return f
-        return None
+        return shared if has_shared else None
+
+    def hook_users(self, patch: PatchMeta, hook: Path, ps: Patchset | None = None) -> list[str]:
+        """The bases of ``patch`` whose hook is ``hook`` (an override: its own base and those that inherit it)."""
+        ps = ps or self.load()
+        return [b for b in patch.bases if self.hook_diff(patch, b, ps) == hook]
 
     def overlay_file(self, path: str) -> Path:
         return self.overlay_dir / path
@@ -144,7 +174,7 @@ def sources_digest(ps: Patchset, sources: Sources, base: str) -> str:
     h = hashlib.sha256()
     for p in ps.series(base):
         h.update(repr(p).encode() + b"\0")
-        hook = sources.hook_diff(p, base) or sources.override_hook(p, base)  # which file counts: its name is hashed
+        hook = sources.hook_diff(p, base, ps) or sources.override_hook(p, base)  # which file counts: its name is hashed
         files = [hook] + [sources.overlay_file(o) for o in p.overlay] + [sources.test_file(t) for t in p.tests]
         for f in files:
             h.update(str(sources.rel(f)).encode() + b"\0")
@@ -193,7 +223,7 @@ def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
     """Files under hooks/ that generate never reads (unknown patch, a base the patch does not list, a shared hook
     every base overrides, stray file)."""
     by_name = {p.name: p for p in ps.patches}
-    wanted = {f for p in ps.patches for b in p.bases if (f := sources.hook_diff(p, b)) is not None}
+    wanted = {f for p in ps.patches for b in p.bases if (f := sources.hook_diff(p, b, ps)) is not None}
     out = []
     if sources.hooks_dir.is_dir():
         for f in sorted(sources.hooks_dir.rglob("*")):

@@ -64,8 +64,14 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
     t0 = time.monotonic()
     try:
         zin = zipfile.ZipFile(src)
+    except FileNotFoundError as e:
+        raise PatchsetError(src, "no such file") from e
     except (OSError, zipfile.BadZipFile) as e:
-        raise PatchsetError(src, f"cannot open as a wheel: {e}") from e
+        parts = src.name.split("-")
+        pin = f"torch=={parts[1].partition('+')[0]}" if src.name.endswith(".whl") and len(parts) >= 5 else "torch==<version>"
+        raise PatchsetError(src, f"cannot open as a wheel ({e}): a truncated or interrupted download? Download it again: "
+                            f"delete it, then `python -m pip download --no-deps {pin} -d {src.parent}` (or, for a base's "
+                            "cached wheel, `python -m tools bases`)") from e
     with zin:
         names = {i.filename: i for i in zin.infolist()}
         dis = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")})

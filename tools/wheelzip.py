@@ -60,7 +60,7 @@ def raw_copy(zin: zipfile.ZipFile, zout: zipfile.ZipFile, info: zipfile.ZipInfo,
     while left:
         buf = fp.read(min(_CHUNK, left))
         if not buf:
-            raise PatchsetError(f"{src}:{info.filename}", "source wheel is truncated")
+            raise PatchsetError(f"{src}:{info.filename}", "source wheel is truncated; download the wheel again")
         zout.fp.write(buf)
         left -= len(buf)
         if inflate is not None:
@@ -96,6 +96,11 @@ def staged_output(out: Path):
     """A writable file object for ``out`` that appears under that name only through ``publish()``."""
     import fcntl
 
+    created = []  # the directories of --out this call makes: removed again if no wheel appears there
+    d = out.parent
+    while not d.exists():
+        created.append(d)
+        d = d.parent
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
     if part.exists():  # left by a killed run (or by the fallback below): remove it unless a build is writing it
@@ -139,6 +144,10 @@ def staged_output(out: Path):
         if named is not None:
             with contextlib.suppress(FileNotFoundError):
                 named.unlink()
+        if not out.exists():
+            for d in created:  # deepest first; only while empty
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
 
 def verify_wheel(path: Path, fileobj=None) -> None:

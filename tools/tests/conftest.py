@@ -182,6 +182,14 @@ def make_hook_diff(base_tree: Path, edits, scratch: Path) -> str:
     return out
 
 
+def write_requirements(root: Path, base: str) -> Path:
+    """``requirements/base-<base>.txt`` as the real repo has it (check wants one per base)."""
+    p = root / "requirements" / f"base-{base}.txt"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"# base {base}\ntorch=={base}\n-r ../requirements-dev.txt\n")
+    return p
+
+
 @dataclasses.dataclass
 class FakePatchset:
     root: Path  # sources: patchset.toml, hooks/, torch_overlay/, test/, patches/
@@ -224,7 +232,8 @@ def fake_cache(tmp_path_factory) -> Path:
 
 
 # alpha has one shared hook (hooks/inductor-alpha/hook.diff, made on the primary base 2.13.0; on 2.11.0 it applies
-# with an offset of one line); beta has an override per base and no shared hook; gamma has no hook at all
+# with an offset of one line); beta has an override per base (other lines on 2.11.0) and no shared hook, so a base
+# above 2.13.0 inherits v2.13.0.diff; gamma has no hook at all
 SHARED_HOOK_PATCHES = ("inductor-alpha",)
 
 
@@ -238,8 +247,11 @@ def _build_sources(root: Path, fp_cache: Path, scratch: Path) -> FakePatchset:
         if name in SHARED_HOOK_PATCHES:
             (d / "hook.diff").write_text(make_hook_diff(fp.base_tree("2.13.0"), edits, scratch))
             continue
-        for base in fp.bases:
-            (d / f"v{base}.diff").write_text(make_hook_diff(fp.base_tree(base), edits, scratch))
+        for base in fp.bases:  # 2.11.0 takes other lines, so its override earns its place (check warns otherwise)
+            e = [(f, a, n.replace("# beta hook", "# beta hook (2.11 form)")) for f, a, n in edits] if base == "2.11.0" else edits
+            (d / f"v{base}.diff").write_text(make_hook_diff(fp.base_tree(base), e, scratch))
+    for b in fp.bases:
+        write_requirements(root, b)
     for rel, text in {
         "torch_overlay/torch/_inductor/fx_passes/alpha.py": "def alpha_pass(gm):\n    return gm\n",
         "torch_overlay/torch/_inductor/fx_passes/beta.py": "def beta_pass(gm):\n    return gm\n",

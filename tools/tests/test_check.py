@@ -195,7 +195,7 @@ def test_real_sources_generate_and_check(tmp_path):
     result passes check, without touching this checkout's patches/."""
     root = tmp_path / "repo"
     root.mkdir()
-    for rel in ("patchset.toml", "hooks", "torch_overlay", "test", "benchmarks"):
+    for rel in ("patchset.toml", "hooks", "torch_overlay", "test", "benchmarks", "requirements"):
         src = REPO_ROOT / rel
         if src.is_dir():
             shutil.copytree(src, root / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

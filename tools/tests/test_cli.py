@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from tools.tests import faketorch as ft
 
@@ -24,3 +25,18 @@ def test_dev_sh_usage():
     r = subprocess.run(["bash", str(REPO / "scripts/dev.sh")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "Usage: bash scripts/dev.sh <command>" in r.stderr and "set -euo" not in r.stderr
+
+
+def test_runnable_from_anywhere_by_path(tmp_path):
+    """Issue #28 item 14: `python -m tools` needs the repo root as cwd (Python's own "No module named tools" otherwise);
+    `python <repo>/tools` works from any directory, with relative paths taken from there."""
+    r = subprocess.run([sys.executable, "-m", "tools", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 1 and "No module named tools" in r.stderr  # what the newcomer saw; Python's, not ours
+    r = subprocess.run([sys.executable, str(REPO / "tools"), "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"usage: python {REPO / 'tools'}" in r.stdout and "from anywhere else: `python /path/to/repo/tools" in r.stdout
+    site = ft.make_site(tmp_path / "env")
+    r = subprocess.run([sys.executable, str(REPO / "tools"), "status", "--site-packages", "env/site-packages"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"torch 2.13.0+cpu at {site}" in r.stdout and "stock torch" in r.stdout

@@ -62,6 +62,40 @@ def test_demo_filters_only_known_harmless_warnings(tmp_path, monkeypatch, capfd)
     assert "dynamo_pgo" not in err
 
 
+def test_demo_drops_only_the_known_harmless_third_party_log_lines(tmp_path, monkeypatch, capfd):
+    """Issue #28 item 10: torchao's "Failed to load .../_C_mxfp8...so" and the pytree deprecation it causes alarmed a
+    newcomer. Those exact lines go (the second only when torchao's code made it); the same kinds of line from
+    anywhere else stay."""
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    meta.write_text(meta.read_text() + '\n[[patch]]\nname = "inductor-noisy"\nsubject = "s"\ncategory = "c"\n'
+                    'upstream-status = "Pending"\nbases = ["2.13.0"]\nlast-update = "2026-01-01"\nbody = "b"\n')
+    ex = tmp_path / "examples"
+    ex.mkdir()
+    (ex / "noisy.py").write_text(
+        "import logging\n"
+        "PYTREE = '%s is an Enum subclass and is now natively supported by torch.compile as an opaque value type.'\n"
+        "def main():\n"
+        "    ao = logging.getLogger('torchao')\n"
+        "    ao.warning('Failed to load /v/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load')\n"
+        "    ao.warning('Failed to load /v/site-packages/torchao/_C_cutlass_90a.abi3.so: Could not load this library')\n"
+        "    ao.warning('Failed to load /v/site-packages/torchao/_C.abi3.so: undefined symbol: KEEP-1')\n"
+        "    code = compile('import logging; logging.getLogger(\"torch.utils._pytree\").warning(PYTREE, \"<enum K>\")',\n"
+        "                   '/v/site-packages/torchao/utils.py', 'exec')\n"
+        "    exec(code, {'PYTREE': PYTREE})\n"
+        "    logging.getLogger('torch.utils._pytree').warning(PYTREE, '<enum KEEP-2>')\n"
+        "    print('OUR-OUTPUT')\n")
+    monkeypatch.setattr(demo, "find_site_packages", lambda: site)
+    assert install(site, patches, meta) == 0
+    capfd.readouterr()
+    assert demo.run_demos(metadata=meta, examples=ex) == 0
+    out, err = capfd.readouterr()
+    assert "OUR-OUTPUT" in out
+    assert "_C_mxfp8" not in err and "_C_cutlass_90a" not in err and "<enum K>" not in err
+    assert "KEEP-1" in err and "<enum KEEP-2> is an Enum subclass" in err
+
+
 def test_feature_demos_show_what_fired_not_timings():
     """Issue #11: one timing on a shared machine contradicted the README; the demos show counters and
     FileCheck-able code and point to benchmarks/README.md for speed."""

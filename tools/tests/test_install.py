@@ -296,3 +296,78 @@ def test_no_lock_file_left_behind(env):
     for cmd in ("install", "status", "uninstall"):
         assert cli(site, patches, meta, cmd).returncode == 0
     assert set(tmpdir.glob("torch-patchset-*.lock")) == before
+
+
+# ------------------------------------------------------------------ issue #28 items 7, 8 and 13
+
+
+def test_status_does_not_call_a_hand_edited_torch_stock(env):
+    """Item 7: two Inductor files edited by hand and no install: status says NOT stock, names them, exits 1."""
+    site, patches, meta, _ = env
+    st = cli(site, patches, meta, "status")
+    assert st.returncode == 0 and "stock torch" in st.stdout and "NOT stock" not in st.stdout
+    edited = ["torch/_inductor/config.py", "torch/_inductor/fx_passes/post_grad.py"]
+    for rel in edited:
+        (site / rel).write_text((site / rel).read_text() + "# local edit\n")
+    (site / "torch/_inductor/leftover.py").write_text("X = 1\n")
+    st = cli(site, patches, meta, "status")
+    assert st.returncode == 1, st.stdout
+    assert "(stock torch" not in st.stdout and "NOT stock" in st.stdout
+    assert "2 file(s) differ from torch's RECORD (edited by hand?): " + ", ".join(edited) in st.stdout
+    assert "not in torch's RECORD (left by someone?): torch/_inductor/leftover.py" in st.stdout
+    assert "pip install --force-reinstall --no-deps torch==2.13.0" in st.stdout
+    # and install agrees: not pristine
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 2 and "not pristine" in r.stderr
+
+
+def _commit_series(patches):
+    ft._git(patches, "init", "-q")
+    ft._git(patches, "add", "-A")
+    ft._git(patches, "commit", "-q", "-m", "series")
+
+
+def test_dry_run_of_a_modified_series_says_nothing_was_installed(tmp_path):
+    """Item 8: --dry-run must not say "It is installed as ..."."""
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(tmp_path / "src")
+    meta = ft.write_metadata(tmp_path)
+    _commit_series(patches)
+    p = patches / "v2.13.0" / "fake-registry.patch"
+    p.write_text(p.read_text().replace("+REGISTRY = {}", "+REGISTRY = []"))
+    before = ft.tree_digest(site)
+    r = cli(site, patches, meta, "install", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "It is installed as" not in r.stderr and "Installing it as" not in r.stderr
+    assert "without --dry-run would install it as inductor-patchset 0.1.0 with series_state 'modified'" in r.stderr
+    assert "dry run: nothing was installed" in r.stdout and "would modify torch/_inductor/config.py" in r.stdout
+    assert ft.tree_digest(site) == before
+
+
+def test_a_series_untracked_inside_another_repository_is_not_modified(tmp_path):
+    """Item 13: the project tree lies, untracked, inside someone's git repository. Its series is not in any checkout
+    of the patch set, so it is 'unknown' (not judged), never MODIFIED."""
+    outer = tmp_path / "home"
+    outer.mkdir()
+    ft._git(outer, "init", "-q")
+    (outer / "notes.txt").write_text("mine\n")
+    ft._git(outer, "add", "notes.txt")
+    ft._git(outer, "commit", "-q", "-m", "someone's repo")
+    proj = outer / "inductor-patchset"
+    site = ft.make_site(tmp_path / "env")
+    patches = ft.make_series(proj)
+    meta = ft.write_metadata(proj)
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 0, r.stderr
+    assert "MODIFIED" not in r.stdout and "warning" not in r.stderr
+    assert "tracks neither it nor" in r.stderr
+    st = cli(site, patches, meta, "status")
+    assert "MODIFIED" not in st.stdout and "series_state = 'unknown'" in (site / INFO_MODULE).read_text()
+    # the same tree committed in its own checkout is judged again: a hand edit is MODIFIED
+    assert cli(site, patches, meta, "uninstall").returncode == 0
+    ft._git(outer, "add", "inductor-patchset")
+    ft._git(outer, "commit", "-q", "-m", "now it is tracked")
+    p = patches / "v2.13.0" / "fake-registry.patch"
+    p.write_text(p.read_text().replace("+REGISTRY = {}", "+REGISTRY = []"))
+    r = cli(site, patches, meta, "install")
+    assert r.returncode == 0 and "MODIFIED" in r.stdout

@@ -11,7 +11,9 @@ import pytest
 from tools import generate as generate_mod
 from tools.common import PatchsetError
 from tools.sources import hook_base, orphan_hook_files, shadowed_shared_hooks, sources_digest
-from tools.check import check_hooks
+import io
+
+from tools.check import check, check_hooks
 from tools.tests.conftest import HOOK_EDITS, check_fake as _check, generate_fake as _generate, git, insert_after, make_hook_diff
 
 ALPHA = "inductor-alpha"
@@ -121,9 +123,13 @@ def test_hook_layout_problems(fake_generated, tmp_path):
     assert [(f.name, f"every base of {ALPHA} has its own" in why) for f, why in orphan_hook_files(ps, fp.sources)] == [("hook.diff", True)]
     (d / "v2.13.0.diff").unlink()
     # an override that gives what the shared hook gives is a warning of check (delete it), not a problem
-    msgs = []
-    problems = check_hooks("2.11.0", ps, fp.sources, fp.base_tree("2.11.0"), tmp_path, warn=msgs.append)
-    assert problems == [] and msgs == [f"warning: hooks/{ALPHA}/v2.11.0.diff: gives the same result on 2.11.0 as hook.diff; delete this override"]
+    assert check_hooks("2.11.0", ps, fp.sources, fp.base_tree("2.11.0"), tmp_path) == []
+    _generate(fp)
+    msgs: list = []
+    assert check(fp.sources, ["2.11.0"], fp.cache, out=io.StringIO(), warn=msgs.append) == []
+    assert msgs == [f"warning: hooks/{ALPHA}/v2.11.0.diff: gives the same files as the hook its base(s) would use "
+                    f"without it (on 2.11.0 as hooks/{ALPHA}/hook.diff): the patches it makes are byte for byte what "
+                    "they would be without it; delete it"]
     gen_msgs = []
     generate_mod.generate(fp.sources, ["2.13.0"], fp.cache, warn=gen_msgs.append)
     assert not any(ALPHA in m for m in gen_msgs), gen_msgs  # 2.13.0 uses hook.diff: no orphan warning

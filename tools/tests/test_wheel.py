@@ -167,7 +167,8 @@ def test_corrupt_member_is_an_error(src, member, old, new):
                      "--metadata", str(meta))
     assert r.returncode == 2, r.stderr
     assert f"error: {bad}:{member}: corrupt member" in r.stderr and "Traceback" not in r.stderr
-    assert not (tmp / "o").exists() or list((tmp / "o").iterdir()) == []
+    assert "download the wheel again" in r.stderr
+    assert not (tmp / "o").exists()  # issue #28 item 9: no empty --out left behind either
 
 
 def test_already_patched_wheel_is_named(src):
@@ -201,7 +202,7 @@ def test_failed_verify_leaves_nothing_in_out(src, monkeypatch):
     monkeypatch.setattr(wheel_mod, "verify_wheel", bad_verify)
     with pytest.raises(PatchsetError, match="differs from RECORD"):
         build_wheel(whl, tmp / "dist", patches, meta, verify=True)
-    assert list((tmp / "dist").iterdir()) == []
+    assert not (tmp / "dist").exists()  # nothing, not even the directory it made
     assert build_wheel(whl, tmp / "dist", patches, meta).is_file()  # without --verify it is published
 
 
@@ -239,3 +240,37 @@ def test_named_part_fallback_cleans_up(src, monkeypatch):
     monkeypatch.setattr(wheel_mod, "maybe_crash", lambda k: None)
     out = build_wheel(whl, out_dir, patches, meta, verify=True)
     assert [p.name for p in out_dir.iterdir()] == [out.name]
+
+
+def test_truncated_wheel_says_download_it_again_and_leaves_no_out_dir(src):
+    """Issue #28 item 9: a truncated download gives a hint, and a failed build leaves no (empty) --out behind."""
+    whl, patches, meta, tmp = src
+    bad = tmp / "trunc" / whl.name
+    bad.parent.mkdir()
+    bad.write_bytes(whl.read_bytes()[: whl.stat().st_size // 2])
+    out = tmp / "out" / "nested"
+    r = ft.run_tools("wheel", "--from", str(bad), "--out", str(out), "--patches", str(patches), "--metadata", str(meta))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"error: {bad}: cannot open as a wheel" in r.stderr and "Download it again" in r.stderr
+    assert "pip download --no-deps torch==2.13.0" in r.stderr
+    assert not (tmp / "out").exists()
+
+
+def test_a_failure_while_copying_leaves_no_out_dir(src, monkeypatch):
+    import tools.wheel as wheel_mod
+
+    whl, patches, meta, tmp = src
+    real = wheel_mod.raw_copy
+    calls = []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PatchsetError(whl, "simulated read error")
+        return real(*a, **k)
+
+    monkeypatch.setattr(wheel_mod, "raw_copy", failing)
+    (tmp / "existing").mkdir()
+    with pytest.raises(PatchsetError, match="simulated"):
+        build_wheel(whl, tmp / "existing" / "a" / "b", patches, meta)
+    assert list((tmp / "existing").iterdir()) == []  # made a/ and b/, removed them; kept the dir that was there

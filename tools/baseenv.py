@@ -1,0 +1,193 @@
+"""``python -m tools venv X.Y.Z [...]``: the virtual environment of a base, from ``requirements/base-X.Y.Z.txt``.
+
+Each base's pins live in ``requirements/base-<base>.txt`` (``torch==<base>`` and ``-r ../requirements-dev.txt``):
+the file a user would also ``pip install -r`` by hand, and the one ``scripts/dev.sh`` installs through this
+command (``.venv`` for the primary base, ``.venv-<base>`` for the others). For each base:
+
+1. create the venv with this Python's ``venv`` module if it has no ``bin/python``;
+2. ``<venv>/bin/python -m pip install -q --find-links <cache>/wheels -r requirements/base-<base>.txt`` unless its
+   torch already is that release and the requirement files are the ones it was installed from (a digest in
+   ``<venv>/.patchset-requirements.sha256``). The find-links are the wheels ``tools bases`` fetched, so the torch
+   wheel is not downloaded twice. A site-wide pip constraint that excludes the pinned torch (e.g. ``torch<=2.14.1``
+   in pip's ``global.constraint``) is overridden for that one pip run, and a line says which cap, in which file
+   (``tools.pipcap``): the venv exists to hold exactly that release;
+3. with ``--install``, ``<venv>/bin/python -m tools install --replace`` (the patch set, a no-op when installed).
+
+A base that cannot be made (no network, no such release, pip refused) does not stop the others: its error is
+printed when it happens and again at the end, and the exit status is 2. Stdout has one line per base,
+``ready <base> <venv>`` or ``failed <base> <reason>``, for scripts (``dev.sh test`` runs the ready ones and reports
+the others as not tested).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tools import pipcap
+from tools.bases import wheels_dir
+from tools.common import PatchsetError, add_subcommand, progress
+from tools.sources import Sources, add_repo_root_arg, select_bases, sources_from_args
+
+STAMP = ".patchset-requirements.sha256"
+_PIN_RE = re.compile(r"^torch\s*==\s*(\S+)$")
+_NESTED_RE = re.compile(r"^(?:-r|--requirement)(?:\s*=\s*|\s+)(\S+)$")
+
+
+def requirements_file(sources: Sources, base: str) -> Path:
+    return sources.root / "requirements" / f"base-{base}.txt"
+
+
+def requirements_template(base: str) -> str:
+    """A new base's ``requirements/base-<base>.txt`` (``port --write`` writes it)."""
+    return (f"# Base {base}'s test environment (.venv-{base} of scripts/dev.sh, made by `python -m tools venv {base}`).\n"
+            f"# By hand: python -m pip install -r requirements/base-{base}.txt\n"
+            "# Where a site-wide pip constraint file caps torch below this release, plain pip stops with ResolutionImpossible;\n"
+            "# `tools venv` and `tools bases` override that cap for their own pip run only (and say so). By hand:\n"
+            f"# PIP_CONSTRAINT=/dev/null python -m pip install -r requirements/base-{base}.txt (drops every configured constraint).\n"
+            f"torch=={base}\n-r ../requirements-dev.txt\n")
+
+
+def _lines(req: Path) -> list[tuple[int, str]]:
+    try:
+        text = req.read_text()
+    except OSError as e:
+        raise PatchsetError(req, f"cannot read the base's requirements: {e.strerror or e}") from e
+    return [(i, re.sub(r"(^|\s)#.*$", "", line).strip()) for i, line in enumerate(text.splitlines(), 1)]
+
+
+def torch_pin(req: Path, base: str) -> str:
+    """The one ``torch==<base>[+local]`` line of a base's requirements file; anything else is an error naming it."""
+    pins = [(i, line) for i, line in _lines(req) if re.match(r"^torch\b(?![-_.\w])", line)]
+    if len(pins) != 1:
+        raise PatchsetError(req, f"must pin torch exactly once (torch=={base}); found {len(pins)} torch line(s)")
+    i, line = pins[0]
+    m = _PIN_RE.match(line)
+    if not m or m.group(1).partition("+")[0] != base:
+        raise PatchsetError(f"{req}:{i}", f"{line!r} is not torch=={base} (the base this file is named after)")
+    return m.group(1)
+
+
+def requirement_files(req: Path) -> list[Path]:
+    """``req`` and the files it includes with ``-r`` (recursively), for the stamp."""
+    out, todo = [], [req]
+    while todo:
+        f = todo.pop(0)
+        if f in out:
+            continue
+        out.append(f)
+        for _, line in _lines(f):
+            m = _NESTED_RE.match(line)
+            if m:
+                todo.append((f.parent / m.group(1)).resolve())
+    return out
+
+
+def requirements_digest(req: Path) -> str:
+    h = hashlib.sha256()
+    for f in requirement_files(req):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def installed_torch(venv: Path) -> str | None:
+    """The torch version pip recorded in the venv (its dist-info METADATA), without running Python."""
+    for meta in sorted(venv.glob("lib/python*/site-packages/torch-*.dist-info/METADATA")):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.lower().startswith("version:"):
+                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break
+    return None
+
+
+def _last_error(stderr: str) -> str:
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    errors = [l for l in lines if l.startswith("ERROR:")]
+    return (errors[-1] if errors else lines[-1] if lines else "no output").removeprefix("ERROR: ")
+
+
+def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | None = None,
+                install_patchset: bool = False) -> Path:
+    """Make ``venv`` hold ``torch==<base>`` and the dev requirements from ``requirements/base-<base>.txt``."""
+    req = requirements_file(sources, base)
+    pin = torch_pin(req, base)
+    py = venv_python(venv)
+    if not py.exists():
+        progress(f"v{base}: creating {venv}")
+        r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if r.returncode:
+            raise PatchsetError(venv, f"`{sys.executable} -m venv` failed: {_last_error(r.stderr + r.stdout)}")
+    have = installed_torch(venv)
+    digest = requirements_digest(req)
+    stamp = venv / STAMP
+    old = stamp.read_text().strip() if stamp.is_file() else None
+    if have is None or have.partition("+")[0] != base or old != digest:
+        why = f"torch {have}" if have and have.partition("+")[0] != base else "no torch" if have is None \
+            else "its requirement files changed"
+        rel = req.relative_to(sources.root) if req.is_relative_to(sources.root) else req
+        progress(f"v{base}: pip install -r {rel} into {venv} ({why}; a CUDA build of torch from PyPI brings "
+                 f"about 2.5 GB of nvidia-* wheels to download the first time, 5 GB on disk, a few minutes)")
+        wheels = wheels_dir(cache_dir)
+        cmd = [str(py), "-m", "pip", "install", "-q", *(["--find-links", str(wheels)] if wheels.is_dir() else []),
+               "-r", str(req)]
+        with pipcap.torch_pin_env(str(py), "install", pin) as (env, caps):
+            if caps:
+                progress(pipcap.describe(caps, f"torch=={pin}"))
+            # in the caller's cwd, where a relative constraint path of pip's configuration points
+            r = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, env=env)
+        sys.stderr.write(r.stderr)
+        if r.returncode:
+            raise PatchsetError(req, f"pip install failed (exit {r.returncode}): {_last_error(r.stderr)}; "
+                                f"torch {base} is not installed in {venv}")
+        have = installed_torch(venv)
+        if have is None or have.partition("+")[0] != base:
+            raise PatchsetError(req, f"pip install succeeded but {venv} has torch {have}, not {base}")
+        stamp.write_text(digest + "\n")
+    else:
+        progress(f"v{base}: {venv} has torch {have} and the requirements it was made from")
+    if install_patchset:
+        r = subprocess.run([str(py), "-m", "tools", "install", "--replace"], cwd=sources.root,
+                           stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        sys.stderr.write(r.stderr)
+        if r.returncode:
+            raise PatchsetError(venv, f"`tools install --replace` failed: {_last_error(r.stderr)}")
+    return venv
+
+
+def _cmd_venv(args) -> int:
+    sources = sources_from_args(args)
+    ps = sources.load()
+    bases = select_bases(ps, args.base, flag="base")
+    if args.dir and len(bases) != 1:
+        raise PatchsetError(f"--dir {args.dir}", "names the venv of one base; give exactly one base with it")
+    failed = []
+    for b in bases:
+        venv = Path(args.dir).resolve() if args.dir else sources.root / f".venv-{b}"
+        try:
+            ensure_venv(b, venv, sources, install_patchset=args.install)
+        except PatchsetError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            print(f"failed {b} {e}", flush=True)
+            failed.append((b, str(e)))
+            continue
+        print(f"ready {b} {venv}", flush=True)
+    for b, why in failed:
+        print(f"error: base {b} has no venv (not tested): {why}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def register(subparsers) -> None:
+    p = add_subcommand(subparsers, "venv", "make each base's venv from requirements/base-<base>.txt (whatever a pip cap says)",
+                       __doc__, _cmd_venv)
+    p.add_argument("base", nargs="*", metavar="X.Y.Z", help="bases (default: every base in patchset.toml)")
+    p.add_argument("--dir", help="the venv's directory (one base only; default: .venv-<base> in the repo)")
+    p.add_argument("--install", action="store_true", help="then install the patch set into it (tools install --replace)")
+    add_repo_root_arg(p)

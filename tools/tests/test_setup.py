@@ -1,0 +1,154 @@
+"""Setup under a site-wide pip constraint (issue #28): ``tools bases`` (fetch) and ``tools venv`` (the per-base venv,
+what ``scripts/dev.sh`` runs) install the pinned torch whatever a constraint file in pip's configuration says,
+say so in one line naming the file, and keep going past a base that cannot be fetched.
+
+Offline and fast: fake torch wheels in a find-links directory, pip's configuration in a file of the test's own
+(``PIP_CONFIG_FILE``, whose ``global.constraint`` caps torch below the release), no index.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import pipcap
+from tools.baseenv import installed_torch, requirement_files, torch_pin
+from tools.common import PatchsetError
+from tools.tests import faketorch as ft
+
+
+def _dist_wheel(links: Path, name: str, version: str) -> None:
+    """An empty wheel of ``name`` (the fake torch depends on numpy, which must resolve offline too)."""
+    import zipfile
+
+    di = f"{name}-{version}.dist-info"
+    files = {f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{di}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    with zipfile.ZipFile(links / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        for n, t in files.items():
+            z.writestr(n, t)
+        z.writestr(f"{di}/RECORD", "".join(f"{n},,\n" for n in files) + f"{di}/RECORD,,\n")
+
+
+@pytest.fixture
+def capped(tmp_path):
+    """A project root with bases 2.15.0 (its fake wheel is in the find-links) and 2.16.0 (no such release), and a
+    pip configuration that caps torch at 2.14.1 the way the issue's machine did (global.constraint)."""
+    links = tmp_path / "links"
+    links.mkdir()
+    for v in ("2.14.1", "2.15.0"):
+        w = ft.make_wheel(tmp_path / f"w{v}", version=v)
+        w.rename(links / w.name)
+    for v in ("2.0.0", "3.0.0"):
+        _dist_wheel(links, "numpy", v)
+    cap = tmp_path / "site-constraints.txt"
+    cap.write_text("# the company's caps\ntorch<=2.14.1\nnumpy<3  # another cap, which must survive\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nconstraint = {cap}\nno-index = true\nfind-links = {links}\n")
+    root = tmp_path / "repo"
+    root.mkdir()
+    ft.write_metadata(root, bases=("2.15.0", "2.16.0"))
+    (root / "requirements").mkdir()
+    for b in ("2.15.0", "2.16.0"):
+        (root / "requirements" / f"base-{b}.txt").write_text(f"# test pins\ntorch=={b}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=str(conf), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(links),
+               PIP_DISABLE_PIP_VERSION_CHECK="1", TORCH_PATCHSET_CACHE=str(tmp_path / "cache"))
+    return root, cap, env
+
+
+def _tools(env, *args):
+    return subprocess.run([sys.executable, "-m", "tools", *args], cwd=ft.REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_plain_pip_is_refused_by_the_cap(capped, tmp_path):
+    """The situation of the issue, reproduced: without the override pip cannot fetch the pinned release."""
+    root, cap, env = capped
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "torch==2.15.0", "-d", str(tmp_path / "d")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "ResolutionImpossible" in r.stderr
+
+
+def test_fetch_and_venv_override_the_cap_and_keep_going(capped):
+    root, cap, env = capped
+    # fetch (tools bases): 2.15.0 past the cap; 2.16.0 has no release: reported, the run goes on, exit 2 at the end
+    r = _tools(env, "bases", "--repo-root", str(root))
+    assert r.returncode == 2, r.stderr
+    assert r.stdout.split() == [str(Path(env["TORCH_PATCHSET_CACHE"]) / "bases" / "v2.15.0")]
+    line = f"pip: torch==2.15.0 overrides the cap 'torch<=2.14.1' in {cap} (pip's global.constraint)"
+    assert r.stderr.count(line) == 1, r.stderr
+    assert "error: torch==2.16.0:" in r.stderr and "error: base 2.16.0 has no pristine tree" in r.stderr
+    # venv (what dev.sh runs): the same, and the wheel fetched above is reused (find-links of the wheel cache)
+    r = _tools(env, "venv", "--repo-root", str(root))
+    assert r.returncode == 2, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == f"ready 2.15.0 {root / '.venv-2.15.0'}" and out[1].startswith("failed 2.16.0 ")
+    assert installed_torch(root / ".venv-2.15.0") == "2.15.0"
+    assert list((root / ".venv-2.15.0").glob("lib/python*/site-packages/numpy-2.0.0.dist-info"))  # numpy<3 held
+    assert line.replace("2.15.0", "2.15.0") in r.stderr and "pip install failed" in r.stderr
+    assert "error: base 2.16.0 has no venv (not tested)" in r.stderr
+    # a second run finds it made: no pip install
+    r = _tools(env, "venv", "2.15.0", "--repo-root", str(root))
+    assert r.returncode == 0 and "has torch 2.15.0 and the requirements it was made from" in r.stderr
+    assert "overrides the cap" not in r.stderr
+
+
+def test_only_the_torch_line_that_excludes_the_pin_is_dropped(capped, monkeypatch):
+    root, cap, env = capped
+    for k in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pipcap.torch_pin_env(sys.executable, "download", "2.15.0") as (penv, caps):
+        assert caps == [pipcap.Cap("torch<=2.14.1", str(cap), "global.constraint")]
+        (copy,) = penv["PIP_CONSTRAINT"].split()
+        text = Path(copy).read_text()
+        assert "numpy<3" in text and "torch" not in text
+    assert not Path(copy).exists()  # removed after the pip run
+    with pipcap.torch_pin_env(sys.executable, "download", "2.14.1") as (penv, caps):
+        assert caps == [] and "PIP_CONSTRAINT" not in penv  # the cap allows it: nothing overridden
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))  # the variable wins over the config file, as in pip
+    with pipcap.torch_pin_env(sys.executable, "install", "2.15.0") as (penv, caps):
+        assert [c.setting for c in caps] == ["PIP_CONSTRAINT"]
+
+
+def test_nested_constraint_files_are_filtered_too(tmp_path):
+    inner = tmp_path / "inner.txt"
+    inner.write_text("Torch >= 2.0, <2.15 ; python_version >= '3'\nsympy<2\n")
+    outer = tmp_path / "outer.txt"
+    outer.write_text("-c inner.txt\ntorchvision<=0.29.1\n")
+    caps: list = []
+    out = tmp_path / "out"
+    out.mkdir()
+    copy = Path(pipcap._filter_file(str(outer), tmp_path, "2.15.0", "global.constraint", out, caps))
+    assert [c.file for c in caps] == [str(inner)] and "torchvision<=0.29.1" in copy.read_text()
+    nested = copy.read_text().split()[1]
+    assert "sympy<2" in Path(nested).read_text() and "orch" not in Path(nested).read_text()
+
+
+def test_the_repo_requirement_files_pin_each_base():
+    from tools.sources import Sources
+    from tools.baseenv import requirements_file
+
+    src = Sources()
+    ps = src.load()
+    for b in ps.bases:
+        req = requirements_file(src, b)
+        assert torch_pin(req, b) == b
+        assert [f.name for f in requirement_files(req)] == [req.name, "requirements-dev.txt"]
+
+
+def test_a_bad_pin_names_the_file_and_line(tmp_path):
+    req = tmp_path / "base-2.15.0.txt"
+    req.write_text("torch==2.14.1\n")
+    with pytest.raises(PatchsetError) as ei:
+        torch_pin(req, "2.15.0")
+    assert ei.value.where == f"{req}:1" and "is not torch==2.15.0" in ei.value.reason
+    req.write_text("torchvision==0.1\n")
+    with pytest.raises(PatchsetError, match="must pin torch exactly once"):
+        torch_pin(req, "2.15.0")
