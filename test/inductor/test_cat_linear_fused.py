@@ -38,7 +38,9 @@ def relu_cat_linear(a, b, w, bias=None):
     return F.linear(torch.cat([torch.relu(a), b], dim=-1), w, bias)
 
 
-def make_inputs(lead, widths, n, dtype=torch.float32, device="cpu", bias=True, grad=True):
+def make_inputs(
+    lead, widths, n, dtype=torch.float32, device="cpu", bias=True, grad=True
+):
     parts = [torch.randn(*lead, k, dtype=dtype, device=device) for k in widths]
     w = torch.randn(n, sum(widths), dtype=dtype, device=device) / sum(widths) ** 0.5
     args = [*parts, w] + ([torch.randn(n, dtype=dtype, device=device)] if bias else [])
@@ -120,13 +122,13 @@ class CatLinearFusedTest(TestCase):
     @parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_cat_linear_parity(self, form, dtype):
         for lead, bias in (((6,), False), ((2, 5), True)):
-            args = make_inputs(lead, (8, 12), 16, dtype=dtype, bias=bias)
+            args = make_inputs(lead, (16, 24), 16, dtype=dtype, bias=bias)
             self.common(relu_cat_linear, args, 1, form=form)
 
     @parametrize("form", ["view", "mm"])
     def test_cat_linear_parity_dynamic(self, form):
         for lead in ((6,), (2, 5)):
-            args = make_inputs(lead, (8, 12), 16)
+            args = make_inputs(lead, (16, 24), 16)
             for a in args[:2]:
                 torch._dynamo.mark_dynamic(a, 0)
             self.common(relu_cat_linear, args, 1, form=form)
@@ -136,7 +138,7 @@ class CatLinearFusedTest(TestCase):
         ["concat", "concatenate", "positive_dim", "kwargs", "c_nn_linear", "module"],
     )
     def test_cat_linear_spellings(self, variant):
-        lin = torch.nn.Linear(16, 8, bias=False)
+        lin = torch.nn.Linear(64, 8, bias=False)
 
         def fn(a, b, c, w):
             if variant == "concat":
@@ -157,7 +159,7 @@ class CatLinearFusedTest(TestCase):
                 return lin(x)
             return F.linear(x, w)
 
-        a, b, c, w = make_inputs((2, 3), (4, 8, 4), 8, bias=False)
+        a, b, c, w = make_inputs((2, 3), (16, 32, 16), 8, bias=False)
         self.common(fn, [a, b, c, w], 1, form="view")
 
     def test_cat_linear_mm_lowers_to_stock_on_cpu(self):
@@ -169,7 +171,9 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_op_autograd(self):
         # The op's own backward (stock's math), in double precision.
-        parts = [torch.randn(3, 2, k, dtype=torch.double, requires_grad=True) for k in (2, 3)]
+        parts = [
+            torch.randn(3, 2, k, dtype=torch.double, requires_grad=True) for k in (2, 3)
+        ]
         w = torch.randn(4, 5, dtype=torch.double, requires_grad=True)
         b = torch.randn(4, dtype=torch.double, requires_grad=True)
         op = torch.ops.inductor.cat_linear.default
@@ -214,18 +218,18 @@ class CatLinearFusedTest(TestCase):
             return F.linear(torch.cat(args[:-1], dim=-1), args[-1])
 
         n = cat_linear_fused.MAX_PARTS + 1
-        self.common(fn, make_inputs((4,), (8,) * n, 16, bias=False), 0, form="view")
+        self.common(fn, make_inputs((4,), (16,) * n, 16, bias=False), 0, form="view")
 
     def test_cat_linear_cat_with_other_users(self):
         def fn(a, b, w):
             x = torch.cat([a, b], dim=-1)
             return F.linear(x, w) + x.sum()
 
-        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, form="view")
+        self.common(fn, make_inputs((4,), (16, 16), 16, bias=False), 0, form="view")
 
     def test_cat_linear_mixed_dtypes(self):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            args = make_inputs((8,), (8, 8), 16, bias=False)
+            args = make_inputs((8,), (16, 16), 16, bias=False)
             self.common(cat_linear, args, 0, form="view", backward=False)
 
     @parametrize("where", ["between", "between_positional", "after", "after_view"])
@@ -246,7 +250,7 @@ class CatLinearFusedTest(TestCase):
                 a.view(-1).mul_(2.0)
             return y
 
-        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 0, form="view")
+        self.common(fn, make_inputs((4,), (16, 16), 16, bias=False), 0, form="view")
 
     def test_cat_linear_mutation_elsewhere_after_linear(self):
         def fn(a, b, w):
@@ -254,7 +258,7 @@ class CatLinearFusedTest(TestCase):
             y = F.linear(torch.cat([a, b], dim=-1), w)
             return F.relu(y * 1.0, True)
 
-        self.common(fn, make_inputs((4,), (8, 8), 16, bias=False), 1, form="view")
+        self.common(fn, make_inputs((4,), (16, 16), 16, bias=False), 1, form="view")
 
     def test_cat_linear_graph_index_matches_walk(self):
         # Every query answers as a walk of the graph does, also from a node
@@ -268,7 +272,9 @@ class CatLinearFusedTest(TestCase):
             x.view(-1).mul_(3.0)
             return out, x.sum(), y.sum()
 
-        graph = self._traced(fn, make_inputs((4,), (8, 8), 16, bias=False, grad=False))
+        graph = self._traced(
+            fn, make_inputs((4,), (16, 16), 16, bias=False, grad=False)
+        )
         index = cat_linear_fused.GraphIndex(graph)
         first = next(iter(graph.nodes))
         with graph.inserting_after(first):
@@ -330,7 +336,9 @@ class CatLinearFusedTest(TestCase):
             ((128, 128, 128), 1024, 8192, None, False, None, "compute-bound"),
         ],
     )
-    def test_cat_linear_cuda_decision(self, widths, n, rows, produced, grad, form, reason):
+    def test_cat_linear_cuda_decision(
+        self, widths, n, rows, produced, grad, form, reason
+    ):
         with h100_figures():
             d = cost.decide(cuda_site(widths, n, rows, grad, produced))
         self.assertEqual(d.form, form, msg=d.reason)
@@ -360,7 +368,9 @@ class CatLinearFusedTest(TestCase):
             ridge = cost.ridge_point(torch.device("cuda", 0), torch.bfloat16)
             self.assertIsNone(cost.ridge_point(torch.device("cuda", 0), torch.float32))
         peak = 132 * 1.98e9 * 4096 / (2.619e9 * 2 * 640)
-        self.assertAlmostEqual(ridge, peak * cost.GEMM_EFFICIENCY / cost.COPY_EFFICIENCY)
+        self.assertAlmostEqual(
+            ridge, peak * cost.GEMM_EFFICIENCY / cost.COPY_EFFICIENCY
+        )
         self.assertIsNone(cost.ridge_point(torch.device("cpu"), torch.bfloat16))
         cost.ridge_point.cache_clear()
         h100_no_clock = mock.Mock(**{**H100.__dict__, "clock_rate": 0})
@@ -374,18 +384,20 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_step_cost(self):
         # The graph's GEMMs and cats, three GEMMs and two cat passes with grad.
         for grad in (False, True):
-            args = make_inputs((32,), (8, 8), 16, bias=False, grad=grad)
+            args = make_inputs((32,), (16, 16), 16, bias=False, grad=grad)
             graph = self._traced(lambda a, b, w: cat_linear(a, b, w) @ w, args)
             got = cat_linear_fused.GraphIndex(graph).step_cost(100.0)
-            want = cost.cat_step_cost(32 * 16, 4, grad)
-            want += cost.gemm_step_cost(32, 16, 16, 4, grad, 100.0)
-            want += cost.gemm_step_cost(32, 16, 16, 4, grad, 100.0)
+            want = cost.cat_step_cost(32 * 32, 4, grad)  # cat: 32 x (16+16)
+            want += cost.gemm_step_cost(32, 32, 16, 4, grad, 100.0)  # linear
+            want += cost.gemm_step_cost(32, 16, 32, 4, grad, 100.0)  # @ w
             self.assertAlmostEqual(got, want)
 
     def test_cat_linear_skip_is_logged(self):
         with self.assertLogs(cat_linear_fused.log, level="DEBUG") as logs:
-            self.common(cat_linear, make_inputs((8,), (8, 8), 16, grad=False), 0)
-        self.assertTrue(any("skipping cat_linear: forward only" in m for m in logs.output))
+            self.common(cat_linear, make_inputs((8,), (16, 16), 16, grad=False), 0)
+        self.assertTrue(
+            any("skipping cat_linear: forward only" in m for m in logs.output)
+        )
 
     # ---- the seed PR's contract (ROCm/pytorch#3233) --------------------------
 
@@ -400,7 +412,11 @@ class CatLinearFusedTest(TestCase):
         a, b, w = (graph.placeholder(n) for n in "abw")
         x = graph.call_function(torch.cat, ([a, b], -1))
         graph.output(graph.call_function(F.linear, (x, w)))
-        vals = {"a": torch.randn(4, 16), "b": torch.randn(4, 16), "w": torch.randn(8, 32)}
+        vals = {
+            "a": torch.randn(4, 16),
+            "b": torch.randn(4, 16),
+            "w": torch.randn(8, 32),
+        }
         for node in graph.nodes:
             if node.op == "placeholder":
                 node.meta["val"] = vals[node.name]
@@ -410,13 +426,22 @@ class CatLinearFusedTest(TestCase):
         self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 0)
         gm = torch.fx.GraphModule(torch.nn.Module(), graph)
         FileCheck().check_not("torch.cat").run(gm.code)
-        self.assertEqual(gm(**vals), F.linear(torch.cat([vals["a"], vals["b"]], -1), vals["w"]))
+        self.assertEqual(
+            gm(**vals), F.linear(torch.cat([vals["a"], vals["b"]], -1), vals["w"])
+        )
 
     def test_fuse_cat_linear_in_graph_gates(self):
         def fn(a, b, c, d, e, w1, w2, w3):
-            return cat_linear(a, b, w1), cat_linear(c, d, w2), F.linear(torch.cat([a, b, c, d, e], -1), w3)
+            return (
+                cat_linear(a, b, w1),
+                cat_linear(c, d, w2),
+                F.linear(torch.cat([a, b, c, d, e], -1), w3),
+            )
 
-        args = [torch.randn(4, 16) for _ in range(3)] + [torch.randn(4, 8), torch.randn(4, 16)]
+        args = [torch.randn(4, 16) for _ in range(3)] + [
+            torch.randn(4, 8),
+            torch.randn(4, 16),
+        ]
         args += [torch.randn(8, 32), torch.randn(8, 24), torch.randn(8, 72)]
         graph = self._traced(fn, args)
         # (16+8) has a piece under MIN_PIECE_WIDTH, the 5-part cat is over MAX_PARTS
@@ -452,7 +477,11 @@ class CatLinearFusedTest(TestCase):
         p = cat_linear_fused.cat_linear_fused_pre_grad_pass
         with register_custom_pass("pre_grad_custom_pass", p, name="seed.cat_linear"):
             args = make_inputs((8,), (16, 16), 8, grad=False)
-            self.assertEqual(torch.compile(cat_linear)(*args), cat_linear(*args), **TOL[torch.float32])
+            self.assertEqual(
+                torch.compile(cat_linear)(*args),
+                cat_linear(*args),
+                **TOL[torch.float32],
+            )
         self.assertEqual(counters["inductor"]["cat_linear"], 1)
 
     # ---- CUDA: the in-place GEMM template ------------------------------------
@@ -493,7 +522,9 @@ class CatLinearFusedTest(TestCase):
         # Pieces that are strided views of larger tensors, a dynamic M, a relu
         # producer, and a consumer that fuses as the epilogue.
         def fn(x, y, w, b):
-            return torch.sigmoid(F.linear(torch.cat([x[:, 8:72], torch.relu(y)], -1), w, b))
+            return torch.sigmoid(
+                F.linear(torch.cat([x[:, 8:72], torch.relu(y)], -1), w, b)
+            )
 
         x = torch.randn(300, 80, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(300, 64, device="cuda", dtype=torch.bfloat16)
@@ -504,7 +535,9 @@ class CatLinearFusedTest(TestCase):
         with torch.no_grad():
             self.common(fn, [x, y, w, b], 1, form="mm", backward=False)
             x2, y2 = x[:200].clone(), y[:200].clone()
-            self.assertEqual(torch.compile(fn)(x2, y2, w, b), fn(x2, y2, w, b), **TOL[torch.bfloat16])
+            self.assertEqual(
+                torch.compile(fn)(x2, y2, w, b), fn(x2, y2, w, b), **TOL[torch.bfloat16]
+            )
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_backward(self):
@@ -514,7 +547,9 @@ class CatLinearFusedTest(TestCase):
     @requires_cuda_and_triton
     @inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON,ATEN")
     def test_cat_linear_cuda_max_autotune(self):
-        args = make_inputs((4096,), (256, 512, 128), 1024, torch.bfloat16, "cuda", grad=False)
+        args = make_inputs(
+            (4096,), (256, 512, 128), 1024, torch.bfloat16, "cuda", grad=False
+        )
 
         def fn(a, b, c, w, bias):
             return F.linear(torch.cat([a, b, c], -1), w, bias)
@@ -535,7 +570,10 @@ class CatLinearFusedTest(TestCase):
         for n in range(2, cat_linear_kernel.MAX_PARTS + 1):
             src = cat_linear_kernel._per_piece_source(n)
             self.assertEqual(src.count("load_input("), n)
-            self.assertIn(f'def_kernel({", ".join(f"{chr(34)}A{i}{chr(34)}" for i in range(n))}, "B")', src)
+            self.assertIn(
+                f'def_kernel({", ".join(f"{chr(34)}A{i}{chr(34)}" for i in range(n))}, "B")',
+                src,
+            )
             src = cat_linear_kernel._one_loop_source(n)
             self.assertEqual(src.count("tl.where(in"), 2 * (n - 1))
             self.assertEqual(src.count("store_output("), 1)

@@ -118,8 +118,11 @@ def make_inputs(case, lead=None):
 def produce(case, i, x):
     prod = case.producers[i]
     k = case.widths[i]
-    if case.grad and case.inplace and case.inplace.startswith("part") and (
-        case.inplace_part == i and prod in VIEW_PRODUCERS
+    if (
+        case.grad
+        and case.inplace
+        and case.inplace.startswith("part")
+        and (case.inplace_part == i and prod in VIEW_PRODUCERS)
     ):
         # an in-place op on a view of a leaf that requires grad is an eager
         # error; mutate a view of an intermediate instead
@@ -174,13 +177,17 @@ if HAS_HYPOTHESIS:
     @st.composite
     def cases(draw, device="cpu", forces=FORCES):
         n_parts = draw(st.integers(2, 4))
-        widths = tuple(draw(st.lists(st.integers(1, 40), min_size=n_parts, max_size=n_parts)))
+        widths = tuple(
+            draw(st.lists(st.integers(1, 40), min_size=n_parts, max_size=n_parts))
+        )
         dynamic = draw(st.booleans())
         lo = 2 if dynamic else 1
         lead = tuple(draw(st.lists(st.integers(lo, 6), min_size=1, max_size=2)))
         dtypes = [torch.float32, torch.bfloat16, torch.float16]
         producers = tuple(
-            draw(st.lists(st.sampled_from(PRODUCERS), min_size=n_parts, max_size=n_parts))
+            draw(
+                st.lists(st.sampled_from(PRODUCERS), min_size=n_parts, max_size=n_parts)
+            )
         )
         return Case(
             widths=widths,
@@ -287,34 +294,55 @@ class CatLinearFusedFuzzTest(TestCase):
                 event(f"force={case.force} rewrote={bool(fired)}")
             # the pass never fires where it must not
             if case.other_user == "cat" or case.inplace in ("cat_between", "cat_after"):
-                self.assertEqual(fired, 0, msg=f"rewrote a cat with other users: {case}")
+                self.assertEqual(
+                    fired, 0, msg=f"rewrote a cat with other users: {case}"
+                )
             if case.inplace == "part_between":
                 self.assertEqual(fired, 0, msg=f"rewrote across a mutation: {case}")
             if case.inplace == "part_after":
                 # the per-piece GEMMs would save the part the mutation changes
-                self.assertEqual(fired, 0, msg=f"rewrote before a part's mutation: {case}")
+                self.assertEqual(
+                    fired, 0, msg=f"rewrote before a part's mutation: {case}"
+                )
             tol = TOL[case.dtype]
             for o, r in zip(outs, ref_outs):
-                self.assertEqual(o, r, **tol, msg=f"forward differs (fired={fired}): {case}")
+                self.assertEqual(
+                    o, r, **tol, msg=f"forward differs (fired={fired}): {case}"
+                )
             if case.grad:
                 torch.manual_seed(1)
                 gs = [torch.randn_like(o) for o in outs]
                 torch.autograd.backward(outs, gs)
                 for a, g in zip(cmp_args, ref_grads):
-                    self.assertEqual(a.grad, g, **tol, msg=f"grad differs (fired={fired}): {case}")
+                    self.assertEqual(
+                        a.grad, g, **tol, msg=f"grad differs (fired={fired}): {case}"
+                    )
             for a, r in zip(cmp_args, ref_args):  # input mutations agree too
-                self.assertEqual(a.detach(), r.detach(), **tol, msg=f"input differs: {case}")
+                self.assertEqual(
+                    a.detach(), r.detach(), **tol, msg=f"input differs: {case}"
+                )
             if case.dynamic:
                 # a second leading size through the same compiled code
                 lead = (case.lead[0] + 1, *case.lead[1:])
                 torch.manual_seed(2)
                 args2 = make_inputs(case, lead=lead)
-                ref2 = eager_run(fn, [a.detach().clone().requires_grad_(case.grad) for a in args2], False)
+                ref2 = eager_run(
+                    fn,
+                    [a.detach().clone().requires_grad_(case.grad) for a in args2],
+                    False,
+                )
                 if ref2 is not None:
                     with torch.no_grad() if not case.grad else contextlib.nullcontext():
-                        outs2 = compiled(*[a.detach().clone().requires_grad_(case.grad) for a in args2])
+                        outs2 = compiled(
+                            *[
+                                a.detach().clone().requires_grad_(case.grad)
+                                for a in args2
+                            ]
+                        )
                     for o, r in zip(outs2, ref2[0]):
-                        self.assertEqual(o, r, **tol, msg=f"second size differs: {case}")
+                        self.assertEqual(
+                            o, r, **tol, msg=f"second size differs: {case}"
+                        )
 
     # Many cases through the pre-grad passes + AOTAutograd (cheap), a few
     # through the whole Inductor compile (a C++ or Triton compile per case).
@@ -359,11 +387,21 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
         for force in ("view", "mm"):
             self.run_case(
                 Case(
-                    widths=(1, 1), lead=(1,), n=1, dtype=torch.float32, bias=False,
-                    producers=("input", "input"), inplace="part_after", inplace_part=0,
-                    other_user=None, user_part=0, dynamic=False, grad=True, force=force,
+                    widths=(1, 1),
+                    lead=(1,),
+                    n=1,
+                    dtype=torch.float32,
+                    bias=False,
+                    producers=("input", "input"),
+                    inplace="part_after",
+                    inplace_part=0,
+                    other_user=None,
+                    user_part=0,
+                    dynamic=False,
+                    grad=True,
+                    force=force,
                 )
-            )  # fmt: skip
+            )
 
     # Found by this fuzzer on 2.11 (PATCHSET_FUZZ_LONG=1): a 3-D site with a
     # dynamic leading dim; the rewrite computed the new nodes' fake values
@@ -373,22 +411,42 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
         for force in ("view", "mm"):
             self.run_case(
                 Case(
-                    widths=(1, 1), lead=(2, 2), n=1, dtype=torch.float32, bias=False,
-                    producers=("input", "input"), inplace=None, inplace_part=0,
-                    other_user=None, user_part=0, dynamic=True, grad=False, force=force,
+                    widths=(1, 1),
+                    lead=(2, 2),
+                    n=1,
+                    dtype=torch.float32,
+                    bias=False,
+                    producers=("input", "input"),
+                    inplace=None,
+                    inplace_part=0,
+                    other_user=None,
+                    user_part=0,
+                    dynamic=True,
+                    grad=False,
+                    force=force,
                 ),
                 backend=pre_grad_aot_eager,
-            )  # fmt: skip
+            )
 
     def test_cat_linear_fused_inplace_on_part_after_linear_cpu_rule(self):
         # the default decision (CPU rule) rewrites this site and fails the same way
         self.run_case(
             Case(
-                widths=(256, 256), lead=(256,), n=16, dtype=torch.float32, bias=True,
-                producers=("mul", "input"), inplace="part_after", inplace_part=0,
-                other_user=None, user_part=0, dynamic=False, grad=True, force=None,
+                widths=(256, 256),
+                lead=(256,),
+                n=16,
+                dtype=torch.float32,
+                bias=True,
+                producers=("mul", "input"),
+                inplace="part_after",
+                inplace_part=0,
+                other_user=None,
+                user_part=0,
+                dynamic=False,
+                grad=True,
+                force=None,
             )
-        )  # fmt: skip
+        )
 
 
 if __name__ == "__main__":

@@ -66,9 +66,11 @@ _PREPACK_SCHEMA = (
 
 
 def _has_op(name):
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        f"torchao::{name}", "CPU"
-    ) if _has_schema(name) else False
+    return (
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"torchao::{name}", "CPU")
+        if _has_schema(name)
+        else False
+    )
 
 
 def _has_schema(name):
@@ -291,9 +293,12 @@ class Da8w4ConcatLinearTest(TestCase):
     ):
         torch._dynamo.reset()
         counters.clear()
-        with inductor_config.patch(
-            {"freezing": freezing, "cpp.enable_concat_linear": concat}
-        ), torch.no_grad():
+        with (
+            inductor_config.patch(
+                {"freezing": freezing, "cpp.enable_concat_linear": concat}
+            ),
+            torch.no_grad(),
+        ):
             fn = torch.compile(mod, dynamic=dynamic)
             out, (code,) = run_and_get_code(fn, *inputs)
             ctrs = dict(counters["inductor"])
@@ -374,8 +379,11 @@ class Da8w4ConcatLinearTest(TestCase):
         rows = 2 * pass_mod.saved_bytes_per_call() // (sum(features) * 4) + 1
         self.assertLess(rows, pass_mod.MAX_FUSED_ROWS)
         with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
-            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+            self.common(
+                mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0
+            )
         self.assertIn("bytes of copies", "\n".join(cm.output))
+
         # The same M with consumers that read strided views: no copy, fuse.
         class Pointwise(Da8w4Linears):
             def forward(self, x):
@@ -396,18 +404,28 @@ class Da8w4ConcatLinearTest(TestCase):
         per_row = sum(features) * 4  # three strided fp32 outputs
         rows = 2 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
         with inductor_config.patch({"cpp.threads": 1}):
-            self.assertEqual(pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL)
+            self.assertEqual(
+                pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL
+            )
         with inductor_config.patch({"cpp.threads": 2}):
-            self.assertEqual(pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL)
-            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+            self.assertEqual(
+                pass_mod.saved_bytes_per_call(), pass_mod.SAVED_BYTES_PER_CALL
+            )
+            self.common(
+                mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0
+            )
         with inductor_config.patch({"cpp.threads": 16}):
             self.assertEqual(
                 pass_mod.saved_bytes_per_call(), 8 * pass_mod.SAVED_BYTES_PER_CALL
             )
-            self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
+            self.common(
+                mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1
+            )
             rows = 2 * 8 * pass_mod.SAVED_BYTES_PER_CALL // per_row + 1
             self.assertLess(rows, pass_mod.MAX_FUSED_ROWS)
-            self.common(mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0)
+            self.common(
+                mod, (torch.randn(rows, 64),), expected_calls=3, expected_fusions=0
+            )
 
     @parametrize("threads", [2, 16])
     def test_da8w4_concat_linear_large_m(self, threads):
@@ -426,9 +444,19 @@ class Da8w4ConcatLinearTest(TestCase):
         mod = GateUp(64, [32, 32], keep_3d=True).eval()
         big = pass_mod.MAX_FUSED_ROWS
         with inductor_config.patch({"cpp.threads": threads}):
-            self.common(mod, (torch.randn(1, big - 1, 64),), expected_calls=1, expected_fusions=1)
+            self.common(
+                mod,
+                (torch.randn(1, big - 1, 64),),
+                expected_calls=1,
+                expected_fusions=1,
+            )
             with self.assertLogs(pass_mod.log, level=logging.DEBUG) as cm:
-                self.common(mod, (torch.randn(2, big // 2, 64),), expected_calls=2, expected_fusions=0)
+                self.common(
+                    mod,
+                    (torch.randn(2, big // 2, 64),),
+                    expected_calls=2,
+                    expected_fusions=0,
+                )
         self.assertIn(f"{big} rows", "\n".join(cm.output))
 
     def test_da8w4_concat_linear_decode_m1(self):
@@ -436,8 +464,9 @@ class Da8w4ConcatLinearTest(TestCase):
         torch.manual_seed(0)
         mod = Da8w4Linears(64, [64, 32, 32], bias=True).eval()
         self.common(mod, (torch.randn(1, 64),), expected_calls=1, expected_fusions=1)
-        with torch.no_grad(), inductor_config.patch(
-            {"freezing": True, "cpp.enable_concat_linear": True}
+        with (
+            torch.no_grad(),
+            inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}),
         ):
             torch._dynamo.reset()
             outs = torch.compile(mod)(torch.randn(1, 64))
@@ -534,10 +563,28 @@ class Da8w4ConcatLinearTest(TestCase):
             def forward(self, x, w1):
                 xq, xs, xz = _quantize_act(x, self.symmetric)
                 op = torch.ops.torchao.da8w4_linear_cpu.default
-                a = op(xq, xs, xz, self.qweight0, self.qscales0, self.qzeros0,
-                       self.comp0, None, x.dtype)
-                b = op(xq, xs, xz, w1, self.qscales1, self.qzeros1,
-                       self.comp1, None, x.dtype)
+                a = op(
+                    xq,
+                    xs,
+                    xz,
+                    self.qweight0,
+                    self.qscales0,
+                    self.qzeros0,
+                    self.comp0,
+                    None,
+                    x.dtype,
+                )
+                b = op(
+                    xq,
+                    xs,
+                    xz,
+                    w1,
+                    self.qscales1,
+                    self.qzeros1,
+                    self.comp1,
+                    None,
+                    x.dtype,
+                )
                 return a, b
 
         mod = M(64, [32, 32]).eval()
@@ -669,7 +716,9 @@ class Da8w4ConcatLinearGraphTest(TestCase):
         gm, out = _compile_and_capture_post_grad(mod, x)
         op = torch.ops.torchao.da8w4_linear_cpu.default
         self.assertEqual(len(self._targets(gm, op)), 1)
-        self.assertEqual(len(self._targets(gm, torch.ops.aten.split_with_sizes.default)), 1)
+        self.assertEqual(
+            len(self._targets(gm, torch.ops.aten.split_with_sizes.default)), 1
+        )
         clones = self._targets(gm, torch.ops.aten.clone.default)
         self.assertEqual(len(clones), 2)
         for c in clones:
@@ -677,10 +726,14 @@ class Da8w4ConcatLinearGraphTest(TestCase):
         fused = self._targets(gm, op)[0]
         self.assertEqual(tuple(fused.meta["val"].shape), (4, 128))
         getitems = [
-            n for n in gm.graph.nodes
-            if n.target is operator.getitem and n.args[0].target == torch.ops.aten.split_with_sizes.default
+            n
+            for n in gm.graph.nodes
+            if n.target is operator.getitem
+            and n.args[0].target == torch.ops.aten.split_with_sizes.default
         ]
-        self.assertEqual([tuple(g.meta["val"].shape) for g in getitems], [(4, 64), (4, 32), (4, 32)])
+        self.assertEqual(
+            [tuple(g.meta["val"].shape) for g in getitems], [(4, 64), (4, 32), (4, 32)]
+        )
         self.assertEqual(getitems[0].meta["val"].stride(), (128, 1))
         # Numerics through all three consumers.
         with torch.no_grad():
@@ -703,7 +756,9 @@ class Da8w4ConcatLinearGraphTest(TestCase):
         for a in fused.args[3:8]:
             self.assertEqual(a.op, "get_attr")
             self.assertEqual(a.meta["val"].shape, getattr(gm, a.target).shape)
-        tensors = {n for n, _ in gm.named_buffers()} | {n for n, _ in gm.named_parameters()}
+        tensors = {n for n, _ in gm.named_buffers()} | {
+            n for n, _ in gm.named_parameters()
+        }
         self.assertEqual(tensors, set(attrs))
         self.assertEqual(getattr(gm, fused.args[3].target).shape[0], 4)
 
@@ -776,7 +831,9 @@ class Da8w4ConcatLinearPassTest(TestCase):
         )
 
         counters.clear()
-        with inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}):
+        with inductor_config.patch(
+            {"freezing": True, "cpp.enable_concat_linear": True}
+        ):
             da8w4_concat_linear_pass(gm)
         gm.graph.lint()
         gm.recompile()
@@ -793,7 +850,11 @@ class Da8w4ConcatLinearPassTest(TestCase):
         self.assertEqual(fused.meta["val"].dtype, torch.float32)
         # Consumers are pointwise: they read strided views, no clone.
         self.assertEqual(
-            len(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)),
+            len(
+                gm.graph.find_nodes(
+                    op="call_function", target=torch.ops.aten.clone.default
+                )
+            ),
             0,
         )
         # The bias-less call got zeros: still bit-identical.
@@ -853,9 +914,7 @@ class Da8w4ConcatLinearRegistryTest(TestCase):
         torch._dynamo.reset()
         counters.clear()
         with (
-            inductor_config.patch(
-                {"freezing": True, "cpp.enable_concat_linear": True}
-            ),
+            inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}),
             torch.no_grad(),
         ):
             return torch.compile(mod)(x)

@@ -65,9 +65,16 @@ except ImportError:
 
 
 ARG_NAMES = (
-    "input", "input_scales", "input_qzeros", "weight", "weight_scales",
-    "weight_qzeros", "compensation", "bias", "output_dtype",
-)  # fmt: skip
+    "input",
+    "input_scales",
+    "input_qzeros",
+    "weight",
+    "weight_scales",
+    "weight_qzeros",
+    "compensation",
+    "bias",
+    "output_dtype",
+)
 CONSUMERS = ("output", "add", "view_flat", "transpose")
 
 
@@ -132,10 +139,12 @@ class FuzzModule(nn.Module):
         case, outs, memo = self.case, [], {}
         quantized = self.quantized
         if self.share_quantization:
+
             def quantized(x, act):
                 if act not in memo:
                     memo[act] = self.quantized(x, act)
                 return memo[act]
+
         for i, c in enumerate(case.calls):
             xq, xs, xz = quantized(x, c.act)
             if c.own_scales:
@@ -144,10 +153,16 @@ class FuzzModule(nn.Module):
                 xz = xz + 1
             b = getattr(self, f"bias{i}")
             values = (
-                xq, xs, xz, getattr(self, f"qweight{i}"), getattr(self, f"qscales{i}"),
-                getattr(self, f"qzeros{i}"), getattr(self, f"comp{i}"),
-                None if b is None else b.float(), _out_dtype(case, c),
-            )  # fmt: skip
+                xq,
+                xs,
+                xz,
+                getattr(self, f"qweight{i}"),
+                getattr(self, f"qscales{i}"),
+                getattr(self, f"qzeros{i}"),
+                getattr(self, f"comp{i}"),
+                None if b is None else b.float(),
+                _out_dtype(case, c),
+            )
             op = torch.ops.torchao.da8w4_linear_cpu.default
             y = op(**dict(zip(ARG_NAMES, values))) if c.kwargs else op(*values)
             outs.append(consume(y, c.consumer))
@@ -285,9 +300,12 @@ class Da8w4ConcatLinearFuzzTest(TestCase):
     def compile_once(self, mod, inputs, concat, dynamic):
         torch._dynamo.reset()
         counters.clear()
-        with inductor_config.patch(
-            {"freezing": True, "cpp.enable_concat_linear": concat}
-        ), torch.no_grad():
+        with (
+            inductor_config.patch(
+                {"freezing": True, "cpp.enable_concat_linear": concat}
+            ),
+            torch.no_grad(),
+        ):
             x = inputs[0].clone()
             if dynamic:
                 torch._dynamo.mark_dynamic(x, 1 if x.dim() == 3 else 0)

@@ -51,8 +51,8 @@ from . import cat_linear_fused_cost as cost
 
 log = logging.getLogger(__name__)
 
-# Gates of the explicit call (fuse_cat_linear_in_graph); the fusion's own
-# decision also stays within MAX_PARTS.
+# Gates of the explicit call (fuse_cat_linear_in_graph); the fusion keeps
+# within MAX_PARTS and MIN_PIECE_WIDTH too (more pieces or slivers never pay).
 MAX_PARTS = 4
 MIN_PIECE_WIDTH = 16
 MAX_TOTAL_CAT_WIDTH = 16384
@@ -61,19 +61,18 @@ FORMS = ("view", "mm")
 LINEAR_TARGETS = (F.linear, torch._C._nn.linear)
 CAT_TARGETS = (torch.cat, torch.concat, torch.concatenate)
 
-# Producers that Inductor fuses into the write of the cat buffer.
-_POINTWISE_PRODUCERS = {
-    torch.relu, F.relu, torch.sigmoid, torch.tanh, F.gelu, F.silu, torch.exp,
-    torch.neg, torch.abs, torch.add, torch.mul, torch.sub, torch.div,
-    operator.add, operator.mul, operator.sub, operator.truediv, operator.neg,
-    "relu", "sigmoid", "tanh", "exp", "neg", "abs", "add", "mul", "sub", "div",
-}  # fmt: skip
-# GEMM targets and the position of their input, for the graph's step cost.
-_GEMMS = {
-    F.linear: 0, torch._C._nn.linear: 0, torch.matmul: 0, torch.mm: 0,
-    torch.bmm: 0, operator.matmul: 0, "matmul": 0, "mm": 0, "bmm": 0,
-    torch.addmm: 1, torch.baddbmm: 1, "addmm": 1, "baddbmm": 1,
-}  # fmt: skip
+# Producers that Inductor fuses into the write of the cat buffer, by name
+# (torch.relu, F.relu, "relu" as a method, operator.add ...).
+_POINTWISE_PRODUCERS = frozenset(
+    ("relu", "sigmoid", "tanh", "gelu", "silu", "exp", "neg", "abs")
+    + ("add", "mul", "sub", "div", "truediv")
+)
+# GEMMs by name, and the position of their input, for the graph's step cost.
+_GEMM_INPUT = {"linear": 0, "matmul": 0, "mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}
+
+
+def _name(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def _skip(reason: str, node: torch.fx.Node) -> None:
@@ -149,7 +148,7 @@ def is_possible_mutation(node: torch.fx.Node) -> bool:
         return True
     if callable(target) and _passes_inplace(target, node.args):
         return True
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    name = _name(target)
     if target in (operator.setitem, operator.delitem):
         return True
     return name.endswith("_") and not name.endswith("__") or name.startswith("__i")
@@ -213,12 +212,9 @@ class GraphIndex:
             numel = None if out is None else _numel_hint(out)
             if out is None or numel is None:
                 continue
-            try:
-                idx = _GEMMS.get(node.target)  # type: ignore[call-overload]
-            except TypeError:  # unhashable target
-                continue
+            idx = _GEMM_INPUT.get(_name(node.target))
             grad = out.requires_grad
-            if node.target in CAT_TARGETS or node.target == "cat":
+            if _name(node.target) in ("cat", "concat", "concatenate"):
                 total += cost.cat_step_cost(numel, out.element_size(), grad)
                 continue
             a = _val(get_arg_value(node, idx)) if idx is not None else None
@@ -227,7 +223,9 @@ class GraphIndex:
                 continue
             rows = numel // out.shape[-1] if out.dim() and out.shape[-1] else 0
             n = _hint(out.shape[-1]) if out.dim() else 1
-            total += cost.gemm_step_cost(rows, k, n or 1, out.element_size(), grad, ridge)
+            total += cost.gemm_step_cost(
+                rows, k, n or 1, out.element_size(), grad, ridge
+            )
         self._step_cost[ridge] = total
         return total
 
@@ -239,10 +237,7 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     target = node.target
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return torch.Tag.pointwise in getattr(target, "tags", ())
-    try:
-        return target in _POINTWISE_PRODUCERS
-    except TypeError:  # unhashable target
-        return False
+    return _name(target) in _POINTWISE_PRODUCERS
 
 
 @dataclass
@@ -282,7 +277,9 @@ class CatLinearMatch:
             elif form == "mm":
                 from ..kernel.cat_linear import cat_linear
 
-                out = self._call(graph, cat_linear._opoverload, self.parts, self.weight, self.bias)
+                out = self._call(
+                    graph, cat_linear._opoverload, self.parts, self.weight, self.bias
+                )
             else:
                 raise AssertionError(f"unknown cat_linear form {form!r}")
         out.meta.update(
@@ -408,8 +405,8 @@ class CatLinearRule:
         match = match_cat_linear(node, self._index)
         if match is None:
             return None
-        if len(match.parts) > MAX_PARTS:
-            return _skip(f"more than {MAX_PARTS} parts", node)
+        if len(match.parts) > MAX_PARTS or min(match.widths) < MIN_PIECE_WIDTH:
+            return _skip(f"more than {MAX_PARTS} parts or a sliver", node)
         if self.form is not None:
             return (match, self.form) if self.form != "off" else _skip("off", node)
         site = match.site()
@@ -422,8 +419,14 @@ class CatLinearRule:
             counters["inductor"][decision.counter] += 1
         if decision.form is None:
             return _skip(decision.reason, node)
-        log.debug("cat_linear: %s %s -> %s as %s (%s)", node, site.widths, site.n,
-                  decision.form, decision.reason)  # fmt: skip
+        log.debug(
+            "cat_linear: %s %s -> %s as %s (%s)",
+            node,
+            site.widths,
+            site.n,
+            decision.form,
+            decision.reason,
+        )
         return match, decision.form
 
     def fuse(self, graph: torch.fx.Graph, subset: list[torch.fx.Node]) -> None:

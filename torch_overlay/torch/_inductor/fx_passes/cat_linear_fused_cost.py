@@ -175,7 +175,9 @@ def _decide_cuda(site: CatLinearSite, step_cost: float | None) -> Decision:
     if bound < MM_WITHOUT_BENCHMARK:
         return Decision(None, f"best case {bound:.2f}x: only max_autotune can tell")
     if any(w % BLOCK_K for w in site.widths):
-        return Decision(None, "a piece is not whole K tiles: only max_autotune can tell")
+        return Decision(
+            None, "a piece is not whole K tiles: only max_autotune can tell"
+        )
     narrow = max(site.widths) <= ONE_LOOP_MAX_WIDTH
     if narrow and site.compute_bound(ridge):
         return Decision(None, "narrow pieces at a compute-bound GEMM")

@@ -245,7 +245,9 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
         return False
     for name in ("input_scales", "input_qzeros"):
         if not isinstance(args[name], torch.fx.Node):
-            log.debug("skipping da8w4_concat_linear: %s of %s is not a node", name, node)
+            log.debug(
+                "skipping da8w4_concat_linear: %s of %s is not a node", name, node
+            )
             return False
 
     consts: dict[str, torch.Tensor] = {}
@@ -261,11 +263,16 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
             )
             return False
         if t.device.type != "cpu":
-            log.debug("skipping da8w4_concat_linear: %s of %s is not on CPU", name, node)
+            log.debug(
+                "skipping da8w4_concat_linear: %s of %s is not on CPU", name, node
+            )
             return False
         if name in _PACKED_DTYPES and t.dtype != _PACKED_DTYPES[name]:
             log.debug(
-                "skipping da8w4_concat_linear: %s of %s has dtype %s", name, node, t.dtype
+                "skipping da8w4_concat_linear: %s of %s has dtype %s",
+                name,
+                node,
+                t.dtype,
             )
             return False
         consts[name] = t
@@ -298,7 +305,9 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
 
     # Leading (M) dims may be dynamic; K must be static.
     if act_val.dim() < 2 or not isinstance(act_val.shape[-1], int):
-        log.debug("skipping da8w4_concat_linear: activation of %s is not [..., K]", node)
+        log.debug(
+            "skipping da8w4_concat_linear: activation of %s is not [..., K]", node
+        )
         return False
     if act_val.shape[-1] != k_blocks * block_k:
         log.debug("skipping da8w4_concat_linear: K of %s does not match weight", node)
@@ -376,7 +385,9 @@ def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int | None) -> int | No
     copied_features = sum(
         lin.out_features
         for lin, item in zip(linears, items)
-        if not all(_reads_split_in_place(u, lin.node, item, fake_mode) for u in lin.node.users)
+        if not all(
+            _reads_split_in_place(u, lin.node, item, fake_mode) for u in lin.node.users
+        )
     )
     if copied_features == 0:
         return 0
@@ -642,10 +653,14 @@ def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
     """Fuse ``torchao::da8w4_linear_cpu`` calls sharing an activation (CPU,
     frozen, ``config.cpp.enable_concat_linear``)."""
     if not (config.freezing and config.cpp.enable_concat_linear):
-        log.debug("skipping da8w4_concat_linear: needs freezing and enable_concat_linear")
+        log.debug(
+            "skipping da8w4_concat_linear: needs freezing and enable_concat_linear"
+        )
         return
     if _da8w4_linear_op() is None:
-        log.debug("skipping da8w4_concat_linear: torchao::da8w4_linear_cpu is not defined")
+        log.debug(
+            "skipping da8w4_concat_linear: torchao::da8w4_linear_cpu is not defined"
+        )
         return
     matches = find_da8w4_concat_linear_matches(gm)
     old_targets: OrderedSet[str] = OrderedSet()

@@ -5,14 +5,16 @@ so its lowering can choose a GEMM that reads every piece where it lives.
 The ``cat_linear`` pre-grad fusion (``fx_passes/cat_linear_fused.py``) rewrites
 a site into this op only where it decided that the in-place GEMM pays.  The
 lowering then offers Inductor's choice machinery a Triton template that walks
-the pieces along K into one accumulator (no cat buffer; the bias and any
-pointwise consumer fuse as its epilogue):
+the pieces along K into one accumulator (no cat buffer):
 
 * by default, one template choice with a heuristic config, compiled with the
   rest of the graph's kernels (no benchmark);
 * under ``max_autotune``, the template's configs next to the extern
-  ``cat`` + ``mm``, benchmarked by ``autotune_select_algorithm`` with its
+  ``cat`` + ``addmm``, benchmarked by ``autotune_select_algorithm`` with its
   cache and parallel precompile.
+
+The bias is the template's epilogue, as in ``tuned_addmm``, so every choice
+is timed with it.
 
 Where no template applies (not CUDA, not fp16/bf16, the Triton backend turned
 off) it lowers to ``cat`` + ``mm``, i.e. stock.  The backward is stock's math:
@@ -29,7 +31,7 @@ import torch
 
 from .. import config
 from ..ir import FixedLayout
-from ..lowering import lowerings, register_lowering
+from ..lowering import expand, lowerings, register_lowering
 from ..select_algorithm import (
     autotune_select_algorithm,
     ExternKernelChoice,
@@ -38,7 +40,8 @@ from ..select_algorithm import (
 )
 from ..utils import get_gpu_shared_memory, sympy_product, use_aten_gemm_kernels
 from ..virtualized import V
-from .mm_common import mm_grid
+from .mm import bias_addmm
+from .mm_common import addmm_epilogue, mm_grid
 
 
 aten = torch.ops.aten
@@ -96,7 +99,15 @@ def _cat_mm(*args: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.mm(torch.cat(parts, 1), mat2, out=out)
 
 
+def _cat_addmm(
+    bias: torch.Tensor, *args: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    *parts, mat2 = args
+    return bias_addmm(bias, torch.cat(parts, 1), mat2, out=out)
+
+
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
+aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
 _GROUPED_PID = r"""
     pid = tl.program_id(0)
@@ -127,7 +138,7 @@ def _per_piece_source(num_parts: int) -> str:
     """One K loop per piece; each piece loads through ``load_input`` so a
     prologue can fuse into it."""
     names = ", ".join(f'"A{i}"' for i in range(num_parts))
-    src = f"{{{{def_kernel({names}, \"B\")}}}}\n"
+    src = f'{{{{def_kernel({names}, "B")}}}}\n'
     src += '    M = {{size("A0", 0)}}\n    N = {{size("B", 1)}}\n'
     src += "    if M * N == 0:\n        return\n"
     src += '    stride_bk = {{stride("B", 0)}}\n    stride_bn = {{stride("B", 1)}}\n'
@@ -161,7 +172,7 @@ def _one_loop_source(num_parts: int) -> str:
     across piece boundaries (short pieces).  Needs whole K tiles and unit K
     strides (checked by ``_one_loop_ok``)."""
     names = ", ".join(f'"A{i}"' for i in range(num_parts))
-    src = f"{{{{def_kernel({names}, \"B\")}}}}\n"
+    src = f'{{{{def_kernel({names}, "B")}}}}\n'
     src += '    M = {{size("A0", 0)}}\n    N = {{size("B", 1)}}\n'
     src += "    if M * N == 0:\n        return\n"
     src += '    stride_bk = {{stride("B", 0)}}\n    stride_bn = {{stride("B", 1)}}\n'
@@ -227,7 +238,11 @@ def _fits(cfg: tuple[int, ...], itemsize: int) -> bool:
 
 
 def _choices(
-    parts: list[Any], mat2: Any, layout: FixedLayout, widths: list[int | None]
+    parts: list[Any],
+    mat2: Any,
+    bias: Any,
+    layout: FixedLayout,
+    widths: list[int | None],
 ) -> list[Any]:
     autotune = config.max_autotune or config.max_autotune_gemm
     itemsize = layout.dtype.itemsize
@@ -245,15 +260,23 @@ def _choices(
         layouts.append((False, per_piece))
 
     choices: list[Any] = []
+    nodes = (*parts, mat2) if bias is None else (bias, *parts, mat2)
     if autotune and use_aten_gemm_kernels():
-        choices.append(aten_cat_mm.bind((*parts, mat2), layout))
+        extern = aten_cat_mm if bias is None else aten_cat_addmm
+        choices.append(extern.bind(nodes, layout))
+    epilogue = {}
+    if bias is not None:
+        epilogue = dict(prefix_args=1, epilogue_fn=addmm_epilogue(layout.dtype, 1, 1))
     for is_one_loop, configs in layouts:
         fitting = [c for c in configs if _fits(c, itemsize)]
-        for block_m, block_n, block_k, stages, warps in fitting[: None if autotune else 1]:
+        for block_m, block_n, block_k, stages, warps in fitting[
+            : None if autotune else 1
+        ]:
             _template(len(parts), is_one_loop).maybe_append_choice(
                 choices,
-                input_nodes=(*parts, mat2),
+                input_nodes=nodes,
                 layout=layout,
+                **epilogue,
                 num_stages=stages,
                 num_warps=warps,
                 BLOCK_M=block_m,
@@ -268,8 +291,9 @@ def _choices(
     return choices
 
 
-def tuned_cat_mm(parts: list[Any], mat2: Any) -> Any:
-    """``mm(cat(parts, 1), mat2)`` for 2-D ``parts``, reading them in place."""
+def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
+    """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts`` (``bias`` 1-D or
+    None), reading the parts in place."""
     m = parts[0].get_size()[0]
     n = mat2.get_size()[1]
     widths = [_static_int(p.get_size()[1]) for p in parts]
@@ -283,10 +307,15 @@ def tuned_cat_mm(parts: list[Any], mat2: Any) -> Any:
     ):
         parts = realize_inputs(*parts)
         mat2 = realize_inputs(mat2)
-        choices = _choices(parts, mat2, layout, widths)
+        inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
+        choices = _choices(parts, mat2, inp, layout, widths)
+        nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     if not choices:
-        return lowerings[aten.mm.default](lowerings[aten.cat.default](parts, 1), mat2)
-    result = autotune_select_algorithm("cat_mm", choices, [*parts, mat2], layout)
+        cat = lowerings[aten.cat.default](parts, 1)
+        if bias is None:
+            return lowerings[aten.mm.default](cat, mat2)
+        return lowerings[aten.addmm.default](bias, cat, mat2)
+    result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
     # 2.13+ returns (node, choice)
     return result[0] if isinstance(result, tuple) else result
 
@@ -295,11 +324,7 @@ def tuned_cat_mm(parts: list[Any], mat2: Any) -> Any:
 def lower_cat_linear(parts: list[Any], weight: Any, bias: Any = None) -> Any:
     lead = list(parts[0].get_size()[:-1])
     m = sympy_product(lead)
-    flat = [
-        lowerings[aten.view.default](p, [m, p.get_size()[-1]]) for p in parts
-    ]
+    flat = [lowerings[aten.view.default](p, [m, p.get_size()[-1]]) for p in parts]
     mat2 = lowerings[aten.permute.default](weight, [1, 0])
-    out = tuned_cat_mm(flat, mat2)
-    if bias is not None:
-        out = lowerings[aten.add.Tensor](out, bias)
+    out = tuned_cat_addmm(flat, mat2, bias)
     return lowerings[aten.view.default](out, [*lead, weight.get_size()[0]])
