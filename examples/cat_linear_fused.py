@@ -1,16 +1,18 @@
-"""CPU demo of the cat_linear_fused pre-grad pass (run by `python -m tools demo`
-in a venv with the patch installed).
+"""CPU demo of the ``cat_linear`` fusion (run by `python -m tools demo` in a venv
+with the patch set installed).
 
 Compiles a training step (forward+backward) of linear(cat([relu(a), b], -1), W,
-bias) three ways -- stock, the pass with its measured CPU rule (forward+backward
-takes the "view" form) and the pass forced into the "addmm" form -- and shows
-what fired: the counters, the GEMM / cat lines of the generated forward and
-backward code, and a FileCheck of the forward (stock materialises the cat in a
-cpp_fused_cat kernel; the rewrite has no cat and one addmm per piece).
+bias) three ways -- stock (the fusion off), the fusion deciding per site
+(``pre_grad_fusion_options={"cat_linear": {}}``; on CPU its rule takes this
+forward+backward site in the "view" form) and the fusion forced into its other
+form, "mm" (the ``inductor::cat_linear`` op, which on CPU lowers to stock's cat
++ addmm) -- and shows what fired: the counters, the form the decision picked,
+the GEMM / cat lines of the generated forward and backward code, and a
+FileCheck of the forward (stock and "mm" materialise the cat in a
+cpp_fused_cat kernel; "view" has no cat and one addmm per piece).
 
 It does not time anything: one compile on a shared 2-core machine says nothing
-about speed. Paired, repeated measurements are in benchmarks/README.md
-("cat_linear_fused"; `python benchmarks/cat_linear_fused_cpu.py`).
+about speed. Paired, repeated measurements are in benchmarks/README.md.
 """
 import re
 import warnings
@@ -50,7 +52,9 @@ def filecheck(code, rewritten):
 
 
 def main():
-    if not hasattr(inductor_config, "cat_linear_fused"):
+    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+
+    if "cat_linear" not in PRE_GRAD_FUSIONS:
         raise SystemExit("the inductor-cat-linear-fused patch is not installed in this torch")
     torch.manual_seed(0)
     a, b = torch.randn(1024, 256), torch.randn(1024, 256)
@@ -60,20 +64,20 @@ def main():
     # force_disable_caches (every variant really compiles) makes dynamo warn that PGO is off: expected here
     warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
     failed = []
-    for label, patch, rewritten in [
-        ("stock", dict(cat_linear_fused=False), False),
-        ("pass (CPU rule)", dict(cat_linear_fused=True), True),
-        ("pass forced addmm", dict(cat_linear_fused=True, cat_linear_fused_force="addmm"), True),
+    for label, options, rewritten in [
+        ("stock", {}, False),
+        ('fusion, decided per site: the CPU rule picks "view"', {"cat_linear": {}}, True),
+        ('fusion forced into "mm" (on CPU: lowered to cat + addmm)', {"cat_linear": {"form": "mm"}}, False),
     ]:
         torch._dynamo.reset()
         counters.clear()
-        with inductor_config.patch(force_disable_caches=True, **patch):
+        with inductor_config.patch(force_disable_caches=True, pre_grad_fusion_options=options):
             fn = torch.compile(model)
             out, codes = run_and_get_code(step, fn, args)
         torch.testing.assert_close(fn(*args), ref, atol=1e-4, rtol=1e-4)
-        fired = counters["inductor"]["cat_linear_fused"]
+        fired = counters["inductor"]["cat_linear"]
         verdict = filecheck(codes[0], rewritten)
-        if (fired > 0) != rewritten or verdict != "passed":
+        if (fired > 0) != bool(options) or verdict != "passed":
             failed.append(label)
         print(f"== {label}")
         print(f"   counters: {dict((k, v) for k, v in counters['inductor'].items() if 'cat_linear' in k) or '{}'}"
@@ -83,7 +87,7 @@ def main():
             print("   |", ln[:110])
         print(f"   FileCheck (forward: {'no cat, 2 addmm' if rewritten else 'cpp_fused_cat, 1 addmm'}): {verdict}")
         print("   outputs match eager: yes")
-    print("== speed: not measured here; see benchmarks/README.md, section cat_linear_fused")
+    print("== speed: not measured here; see benchmarks/README.md")
     if failed:
         raise SystemExit(f"unexpected result for: {', '.join(failed)}")
 

@@ -1,6 +1,9 @@
 """Demo: Q, K and V as three ``torchao::da8w4_linear_cpu`` calls on one
 quantized activation become one call on concatenated weights plus a split,
-with ``config.cpp.enable_concat_linear`` and freezing.
+with ``config.cpp.enable_concat_linear`` and freezing.  The pass is a client of
+the custom pass registry: ``register_da8w4_concat_linear_cpu_pass()`` adds it at
+the post-grad stage next to any other pass (what torchao's quantization flow
+would call), and it acts only with that config.
 
 Uses our CPU kernel (csrc/, loaded through csrc/da8w4_linear_cpu.py) when it
 is built, at Llama-3.1-8B QKV shapes; otherwise the pure-PyTorch reference
@@ -52,6 +55,11 @@ def _compile(mod, x, concat):
 
 
 def main():
+    from torch._inductor.fx_passes.da8w4_concat_linear import (
+        register_da8w4_concat_linear_cpu_pass,
+    )
+
+    register_da8w4_concat_linear_cpu_pass()
     backend, test, real = _ops()
     k, ns, m = (4096, [4096, 1024, 1024], 4) if real else (256, [128, 64, 64], 4)
     print(f"da8w4_linear_cpu: {backend}; {torch.get_num_threads()} threads")
