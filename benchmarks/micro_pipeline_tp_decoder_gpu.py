@@ -14,14 +14,14 @@ hidden 8192: 64/8/28672; head dim 128), batch 4 x sequence 2048 by default.  Cas
   layer:H:MODE   torchtitan's TP plan through ``parallelize_module``: SequenceParallel norms,
                  PrepareModuleInput Shard(1) -> Replicate, wq/wk/wv/w1/w3 ColwiseParallel, wo/w2
                  RowwiseParallel(output_layouts=Shard(1)); DTensor's collectives.
-  handsp:H:MODE  the same layer, tensor + sequence parallel by hand (Megatron style, as public code
-                 does): local shards of fused wqkv / w13 between funcol's
+  handsp:H:MODE  the same layer, tensor + sequence parallel by hand (Megatron style, as some public
+                 training code does): local shards of fused wqkv / w13 between funcol's
                  ``all_gather_tensor_autograd(x, 1)`` and ``reduce_scatter_tensor_autograd(y, 1)``.
-                 Their backward (autograd of funcol's chunk + cat) is the slice/cat form:
-                 ``all_gather -> cat([y[0:c], y[c:2c]], 1) -> mm`` and
-                 ``mm -> cat([y[:, 0:c], y[:, c:2c]], 0) -> reduce_scatter``.  The forward, and every
-                 graph of ``layer`` (inference, training, activation checkpointing), has funcol's
-                 split/getitem/cat form, which stock already fuses.
+                 In their backward, autograd of funcol's ``cat(chunk(...))`` (cat's backward slices,
+                 chunk's cats) gives the slice/cat form: ``all_gather -> cat([y[0:c], y[c:2c]], 1)
+                 -> mm`` and ``mm -> cat([y[:, 0:c], y[:, c:2c]], 0) -> reduce_scatter``.  Their
+                 forward, and the graphs of ``layer`` we inspected (inference, training, activation
+                 checkpointing), have funcol's split/getitem/cat form, which stock already fuses.
 
 MODE ``fwd`` times the forward under ``no_grad``; ``train`` times forward + backward (input grad too,
 as inside a model).  Each case compiles three variants on the same inputs, each its own code object
@@ -32,7 +32,7 @@ as inside a model).  Each case compiles three variants on the same inputs, each 
            the patch's entry points in ``micro_pipeline_tp`` are monkeypatched to decline while the
            variant compiles: ``find_all_gather_reassembly`` / ``find_reduce_scatter_reassembly``
            (2.11 backport) or ``prove_all_gather_reassembly`` / ``prove_reduce_scatter_reassembly``
-           (2.13+; there this is upstream 2.11's behaviour, not 2.13's unproven matching).
+           (2.13+: no slice/cat match at all, as upstream 2.11; upstream 2.13 fuses them unproven).
   patched  ``_micro_pipeline_tp = True`` as installed.
 
 Symmetric memory is enabled for the TP group (``enable_symm_mem_for_group``).  Fused ops are counted
@@ -45,7 +45,8 @@ graph, stock and patched (``is_nccl_available`` patched, symmetric memory's ``_t
 Outputs (and the input grad in train mode) are compared with ``off``.  Timing reuses
 ``micro_pipeline_tp_slice_cat_gpu.timed_ms``: CUDA events around each step with both ranks entering
 together, the same iteration count on both ranks, the slower rank's mean; ``--reps`` repetitions with
-the variants rotated, medians reported.  No case is started past ``--budget-s``.  JSON is rewritten
+the variants rotated, medians reported.  A case is skipped when the time so far plus the last case's
+passes ``--budget-s``.  JSON is rewritten
 after every case to ``--out``/micro_pipeline_tp_decoder_gpu.json (``$OUT`` when set); a table is
 printed last.  ``--dry-run`` runs the same flow on the CPU with the fake process group and small
 sizes: no symmetric memory (nothing fuses in the compiled code), no timing; the inspection still
@@ -330,14 +331,14 @@ def table(results):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", default="layer:4096:fwd,handsp:4096:train,layer:8192:fwd",
+    p.add_argument("--cases", default="layer:4096:fwd,layer:8192:fwd,handsp:4096:train",
                    help="comma-separated KIND:HIDDEN:MODE, KIND layer|handsp, MODE fwd|train")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--budget-s", type=float, default=150.0, help="start no case past this (wall, from start)")
+    p.add_argument("--budget-s", type=float, default=150.0, help="skip a case once time so far + the last case's would pass this")
     p.add_argument("--out", default=os.environ.get("OUT") or ".", help="directory for the JSON ($OUT when set)")
     p.add_argument("--dry-run", action="store_true", help="CPU, fake process group, small sizes, no timing")
     args = p.parse_args()
