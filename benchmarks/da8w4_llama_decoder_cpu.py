@@ -1,57 +1,51 @@
 """
-da8w4 on CPU, a Llama-3-8B-shaped decoder: stock torch with torchao's kernel, the patch
-set's concat-linear pass with torchao's kernel, and the pass with our kernel; prefill and
-decode, paired in one run.
+da8w4 on CPU, a Llama-3-8B-shaped decoder, paired in one run: stock torch with torchao's
+kernel, the concat-linear pass with torchao's kernel, and the pass with our kernel.
 
-Model (own module, HF Llama's layout and math): embedding, --layers decoder layers
-(RMSNorm; q/k/v/o projections, RoPE theta 5e5 without llama3 scaling, grouped-query
-attention over a KV cache; SwiGLU MLP), final RMSNorm, lm_head. Hidden 4096, 32 heads,
-8 KV heads (QKV 4096 -> 4096 + 1024 + 1024), MLP 14336, vocab 128256, bf16. Weights are
-random (seeded, the same in every variant), shapes real. Every nn.Linear (lm_head too)
-is quantised by torchao's own flow, quantize_(model,
-Int8DynamicActivationInt4WeightConfig(group_size)) (per-token asymmetric uint8
-activation, int4 weights prepacked by the loaded kernel's prepack op), then compiled with
-torch.compile(dynamic=False) under config.freezing, one compile per case and thread count.
+Model (own module, HF Llama's layout and math): embedding, --layers decoder layers (RMSNorm;
+q/k/v/o with RoPE theta 5e5, no llama3 scaling, grouped-query attention over a KV cache, the 4
+query heads of a KV head as the rows of one SDPA call; SwiGLU MLP), RMSNorm, lm_head. Hidden
+4096, 32 heads, 8 KV heads (QKV 4096 -> 4096 + 1024 + 1024), MLP 14336, vocab 128256, bf16;
+random weights (seeded per tensor, the same in every variant), real shapes. Every nn.Linear,
+lm_head too, goes through torchao's own flow, quantize_(module,
+Int8DynamicActivationInt4WeightConfig(--group-size)): per-token asymmetric uint8 activation,
+int4 weight prepacked by the loaded kernel. Then torch.compile(dynamic=False) with freezing,
+one compile per case and thread count. Cases: prefill, batch 1 at each --prefill length (logits
+of the last token only, as generate does); decode, one token per sequence at each --decode
+batch over --past cached tokens (the step writes cache slot `past`, so every step is the same).
 
-Cases: prefill, batch 1 at each --prefill length (empty cache, causal; logits of the last
-token only, as generate does); decode, one token per sequence at each --decode batch with
---past cached tokens (the cache has past+1 slots and the step writes slot `past`, so every
-timed step is the same step). The query heads that share a KV head are the rows of one
-SDPA call (no repeated K/V).
+Variants, one worker process each (both kernels register torchao::da8w4_linear_cpu, with
+different packed layouts):
+  stock+torchao   torchao's kernel, built from --torchao-src by da8w4_vs_torchao_cpu.py (its
+                  flags); our pass not registered, cpp.enable_concat_linear off
+  concat+torchao  torchao's kernel; register_da8w4_concat_linear_cpu_pass(), enable_concat_linear
+  concat+ours     our kernel (csrc/, built here by CMake + Ninja unless DA8W4_LINEAR_CPU_LIB
+                  names a build); the pass on
+  stock+ours      (--variants; added when torchao's kernel is missing) our kernel, pass off
+fusion = stock+torchao / concat+torchao, kernel = concat+torchao / concat+ours, total =
+stock+torchao / concat+ours = fusion x kernel; fusion_ours = stock+ours / concat+ours.
 
-Variants, each in its own worker process (each kernel registers torchao::da8w4_linear_cpu
-with its own packed layout):
-  stock+torchao   torchao's kernel, built from --torchao-src as
-                  benchmarks/da8w4_vs_torchao_cpu.py builds it (its flags); the pass is
-                  not registered and cpp.enable_concat_linear stays off
-  concat+torchao  torchao's kernel; register_da8w4_concat_linear_cpu_pass() and
-                  cpp.enable_concat_linear (QKV and gate/up fuse where the pass's gates allow)
-  concat+ours     our kernel (csrc/, built here with CMake + Ninja unless
-                  DA8W4_LINEAR_CPU_LIB names a build); the pass on
-  stock+ours      (--variants; added when torchao's kernel does not build) our kernel, pass off
-fusion = stock+torchao / concat+torchao, kernel = concat+torchao / concat+ours,
-total = stock+torchao / concat+ours = fusion x kernel.
-
-Method: both kernels build in parallel while the workers start (import, random weights);
-each worker then loads its kernel and quantises. Per case all workers compile at once
-(compilation is not timed), then measuring is sequential: a warm-up step per variant, then
---rounds rounds in alternating variant order, each timing N single steps per variant (N
-from --round-s, the same for all) after one discarded step (none for steps over 0.1 s).
-Reported: per variant the median over rounds of each round's median step (decode: per
-token of each sequence), spread = [min, max] of the round medians; ratios are medians
-[min, max] of the per-round ratios. Correctness: each variant's logits from its first call
-against the first variant's (same quantised weights, the kernels differ in fp32 order):
-max abs diff. --out is rewritten after every measurement. --budget-s: no compile or
-measurement is started that would end past it (estimated from the last compile and the
-measured step times); a compile still running at the limit is abandoned.
+Method: the kernels build in parallel while the workers import; each worker makes and
+quantises its model once its kernel is built. Per case the workers compile at once (not
+timed); then one worker at a time: two warm-up steps each, then --rounds rounds in alternating
+variant order, each timing N single steps per variant (N from --round-s) after one discarded
+step (none for steps over 0.1 s). Per variant: median over rounds of the round's median step
+(decode: time per token of each sequence), [min, max] of those; ratios: median [min, max] of
+the per-round ratios. Correctness: max abs diff of each variant's logits against the stock
+variant's (same quantised weights; kernels differ in fp32 summation order). --out is rewritten
+after every measurement. --budget-s counts from the script's start: no compile, warm-up or
+round starts that would end past it (estimates: the last compile, the measured steps). Order:
+the first decode and the first prefill case, the other decode, the other prefill cases; one
+thread count after the other (a 32-core run of ~240 s reaches few 32-thread cases: run
+--threads 32 on its own).
 
     python benchmarks/da8w4_llama_decoder_cpu.py --torchao-src <torchao tree> --out r.json
-    python benchmarks/da8w4_llama_decoder_cpu.py --small --out /tmp/small.json   # CPU dry run
+    python benchmarks/da8w4_llama_decoder_cpu.py --small --out /tmp/small.json   # dry run
 """
 
 import time
 
-_T0 = time.time()  # the budget counts from here (before torch is imported)
+_T0 = time.time()  # --budget-s counts from here, before torch is imported
 
 import argparse
 import json
@@ -68,18 +62,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import da8w4_vs_torchao_cpu as vs  # torchao's kernel: source lookup, build flags, loading
-from da8w4_concat_linear_cpu import machine  # the lscpu line
+import da8w4_vs_torchao_cpu as vs  # torchao's kernel: its source, build flags and loading
+from da8w4_concat_linear_cpu import machine
 
 
 FULL = dict(layers=4, hidden=4096, heads=32, kv_heads=8, mlp=14336, vocab=128256)
 SMALL = dict(layers=2, hidden=256, heads=4, kv_heads=2, mlp=768, vocab=1024)
-VARIANTS = {  # name: (kernel, concat-linear pass)
-    "stock+torchao": ("torchao", False),
-    "concat+torchao": ("torchao", True),
-    "concat+ours": ("ours", True),
-    "stock+ours": ("ours", False),
-}
+VARIANTS = {  # name: (kernel, concat-linear pass); the first one present is the reference
+    "stock+torchao": ("torchao", False), "stock+ours": ("ours", False),
+    "concat+torchao": ("torchao", True), "concat+ours": ("ours", True)}
 RATIOS = {"fusion": ("stock+torchao", "concat+torchao"), "kernel": ("concat+torchao", "concat+ours"),
           "total": ("stock+torchao", "concat+ours"), "fusion_ours": ("stock+ours", "concat+ours")}
 
@@ -135,30 +126,35 @@ class Decoder(nn.Module):
         f = pos[:, None].float() * self.inv_freq
         emb = torch.cat((f, f), -1)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        # key j is visible to the token at position p iff j <= p; rows repeat per query head of a group
+        # key j is visible to the token at position p iff j <= p; one row per query head of a group
         mask = (torch.arange(caches[0].size(2)) <= pos[:, None]).repeat(self.group, 1)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, pos, caches[2 * i], caches[2 * i + 1])
         return self.lm_head(self.norm(x[:, -1:]))
 
 
-def build_model(c, seed, threads):
-    """bf16, random N(0, 0.02) weights filled in parallel chunks, each chunk seeded by name."""
+def build_model(c, seed, threads, quantize):
+    """bf16 N(0, 0.02) weights (norms 1), filled in parallel 4M-element chunks seeded by name;
+    one top-level module at a time is made and quantised, so the fp weights never all exist."""
     with torch.device("meta"):
         model = Decoder(c).to(torch.bfloat16).eval()
-    model = model.to_empty(device="cpu")
     hd = c["hidden"] // c["heads"]
     model.register_buffer("inv_freq", 1.0 / 500000.0 ** (torch.arange(0, hd, 2).float() / hd), persistent=False)
-    jobs = []
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.data.fill_(1.0)
-            continue
-        flat = p.data.view(-1)
-        for i, s in enumerate(range(0, flat.numel(), 1 << 22)):
-            jobs.append((flat[s:s + (1 << 22)], zlib.crc32(name.encode()) * 1000003 + i + seed))
+    fill = lambda j: j[0].normal_(0, 0.02, generator=torch.Generator().manual_seed(j[1]))  # noqa: E731
     with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(lambda j: j[0].normal_(0, 0.02, generator=torch.Generator().manual_seed(j[1])), jobs))
+        for prefix, mod in model.named_children():
+            for i, sub in enumerate(mod if prefix == "layers" else [mod]):
+                sub.to_empty(device="cpu")
+                jobs = []
+                for name, p in sub.named_parameters(prefix=f"layers.{i}" if prefix == "layers" else prefix):
+                    if name.endswith("norm.weight"):
+                        p.data.fill_(1.0)
+                        continue
+                    flat = p.data.view(-1)
+                    for k, s in enumerate(range(0, flat.numel(), 1 << 22)):
+                        jobs.append((flat[s:s + (1 << 22)], zlib.crc32(name.encode()) * 1000003 + k + seed))
+                list(ex.map(fill, jobs))
+                quantize(sub)
     return model
 
 
@@ -167,14 +163,11 @@ def make_inputs(c, case, seed):
     b, t, past = case["batch"], case["tokens"], case["past"]
     shape = (b, c["kv_heads"], past + t, c["hidden"] // c["heads"])
     caches = [torch.randn(shape, generator=gen).to(torch.bfloat16) for _ in range(2 * c["layers"])]
-    tokens = torch.randint(0, c["vocab"], (b, t), generator=gen)
-    return tokens, torch.arange(past, past + t), caches
+    return torch.randint(0, c["vocab"], (b, t), generator=gen), torch.arange(past, past + t), caches
 
 
-# --------------------------------------------------------------------------------------
-# worker: one variant; JSON commands on stdin, one JSON reply line each on the real stdout
-# --------------------------------------------------------------------------------------
 def worker(args):
+    """One variant. JSON commands on stdin; one JSON reply line each on the original stdout."""
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything else printed goes to the worker's log
     kernel, concat = VARIANTS[args.worker]
@@ -189,13 +182,13 @@ def worker(args):
     from torchao.prototype.quantization.int4 import Int8DynamicActivationInt4WeightConfig
     from torchao.quantization import quantize_
 
-    # A compile pool of this worker's share of the CPUs, started now (in the shadow of the builds)
-    # and never shut down when idle, so that no pool starts or stops while another worker measures.
+    # A compile pool of this worker's share of the CPUs, started now and never shut down when
+    # idle, so that no pool starts or stops while another worker measures.
     inductor_config.compile_threads = share
     inductor_config.quiesce_async_compile_pool = False
     AsyncCompile.use_process_pool()
-    model = build_model(c, args.seed, share)
-    reply.write(json.dumps({"init_s": time.perf_counter() - t0}) + "\n")
+    reply.write(json.dumps({"import_s": time.perf_counter() - t0}) + "\n")
+    config = Int8DynamicActivationInt4WeightConfig(group_size=args.group_size, set_inductor_config=False)
     state = {"threads": None}
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -204,15 +197,14 @@ def worker(args):
             if cmd["op"] == "load":
                 if kernel == "torchao":
                     vs.load_torchao(vs.torchao_source(args.torchao_src), os.path.join(args.build_dir, "torchao"))
-                    isa = "torchao (AMX brgemm where cpublas can pack)"
+                    name = f"torchao's (cpu capability {torch.backends.cpu.get_cpu_capability()})"
                 else:
                     vs.load_ours()
-                    isa = "ours: " + sys.modules["da8w4_linear_cpu"].best_isa()
+                    name = "ours (best ISA " + sys.modules["da8w4_linear_cpu"].best_isa() + ")"
                 t1 = time.perf_counter()
                 with torch.no_grad():
-                    quantize_(model, Int8DynamicActivationInt4WeightConfig(group_size=args.group_size,
-                                                                           set_inductor_config=False))
-                out = {"load_s": t1 - t0, "quantize_s": time.perf_counter() - t1, "kernel": isa}
+                    model = build_model(c, args.seed, share, lambda m: quantize_(m, config))
+                out = {"load_s": t1 - t0, "weights_and_quantize_s": time.perf_counter() - t1, "kernel": name}
             elif cmd["op"] == "compile":
                 AsyncCompile.wait_pool_ready()
                 if cmd["threads"] != state["threads"]:  # generated code bakes in the thread count
@@ -221,26 +213,28 @@ def worker(args):
                     state.update(threads=cmd["threads"], fn=torch.compile(model, dynamic=False))
                 if concat:
                     from torch._inductor.fx_passes.da8w4_concat_linear import register_da8w4_concat_linear_cpu_pass
+
                     register_da8w4_concat_linear_cpu_pass()
                 state["inputs"] = make_inputs(c, cmd["case"], args.seed)
                 counters.clear()
                 with torch.no_grad(), inductor_config.patch(
                         {"freezing": True, "cpp.enable_concat_linear": concat, "fx_graph_cache": False}):
                     logits = state["fn"](*state["inputs"])
-                torch.save(logits.float(), os.path.join(cmd["save_dir"], f"logits_{args.worker}.pt"))
-                out = {"compile_s": time.perf_counter() - t0, "fused_groups": counters["inductor"]["da8w4_concat_linear"],
-                       "fused_calls": counters["inductor"]["da8w4_concat_linear_nodes"]}
+                torch.save(logits.float(), os.path.join(args.build_dir, f"logits_{args.worker}.pt"))
+                out = {"compile_s": time.perf_counter() - t0, "fused_groups": counters["inductor"]["da8w4_concat_linear"]}
+                t0 = time.perf_counter()
+                with torch.no_grad():  # one more step (the others may still compile): an upper bound for the budget
+                    state["fn"](*state["inputs"])
+                out["step_s"] = time.perf_counter() - t0
             elif cmd["op"] == "run":
                 times = []
                 with torch.no_grad():
-                    for i in range(cmd["warmup"] + cmd["steps"]):
+                    for _ in range(cmd["warmup"] + cmd["steps"]):
                         t0 = time.perf_counter()
                         state["fn"](*state["inputs"])
                         times.append(time.perf_counter() - t0)
                 out = {"times": times[cmd["warmup"]:]}
-            else:
-                return
-        except Exception as e:  # reported to the parent, which drops this variant
+        except Exception as e:  # the parent drops this variant
             import traceback
 
             traceback.print_exc()
@@ -248,110 +242,102 @@ def worker(args):
         reply.write(json.dumps(out) + "\n")
 
 
-# --------------------------------------------------------------------------------------
-# parent
-# --------------------------------------------------------------------------------------
 class Worker:
-    def __init__(self, name, args, log):
+    def __init__(self, name, args):
+        self.name, self.log = name, os.path.join(args.build_dir, f"worker_{name}.log")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--n-workers", str(len(args.variants)),
                "--group-size", str(args.group_size), "--layers", str(args.layers), "--seed", str(args.seed),
-               "--build-dir", args.build_dir] + (["--small"] if args.small else []) + (
-                   ["--torchao-src", args.torchao_src] if args.torchao_src else [])
-        self.name, self.log = name, log
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+               "--build-dir", args.build_dir, "--torchao-src", str(args.torchao_src)] + ["--small"] * args.small
+        # Unbuffered: a buffered readline could take two replies at once and leave select() waiting.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "w"),
+                                     bufsize=0)
 
     def send(self, **cmd):
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
+        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
 
     def recv(self, deadline):
         if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.time()))[0]:
             raise TimeoutError(f"{self.name}: no reply before the budget's end")
         line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name}: worker died; log {self.log}:\n{tail(self.log)}")
-        out = json.loads(line)
+        out = json.loads(line) if line else {"error": "worker died"}
         if "error" in out:
-            raise RuntimeError(f"{self.name}: {out['error']}; log {self.log}")
+            raise RuntimeError(f"{self.name}: {out['error']}; log {self.log}:\n{tail(self.log)}")
         return out
 
 
-def tail(path, n=15):
+def tail(path, n=8):
     with open(path, errors="replace") as f:
         return "".join(f.readlines()[-n:])
 
 
-def start_builds(args, variants):
+def start_builds(args):
     """torchao's kernel (as da8w4_vs_torchao_cpu.py builds it) and ours (CMake + Ninja), in parallel."""
-    procs = {}
-    if any(VARIANTS[v][0] == "torchao" for v in variants):
-        cmd = [sys.executable, vs.__file__, "--worker", "torchao", "--build-only", "--threads", "1", "--torchao-src",
-               args.torchao_src, "--build-dir", os.path.join(args.build_dir, "torchao"), "--result", "-"]
-        procs["torchao"] = cmd
+    cmds = {}
+    if any(VARIANTS[v][0] == "torchao" for v in args.variants):
+        cmds["torchao"] = [sys.executable, vs.__file__, "--worker", "torchao", "--build-only", "--threads", "1",
+                           "--torchao-src", args.torchao_src, "--build-dir", os.path.join(args.build_dir, "torchao"),
+                           "--result", "-"]
     lib = os.environ.get("DA8W4_LINEAR_CPU_LIB")
-    if any(VARIANTS[v][0] == "ours" for v in variants) and not (lib and os.path.isfile(lib)):
-        out = os.path.join(args.build_dir, "ours")
-        prefix = torch.utils.cmake_prefix_path
-        procs["ours"] = ["sh", "-c", f"cmake -G Ninja -S {shlex.quote(str(vs.REPO / 'csrc'))} -B {shlex.quote(out)} "
-                         f"-DCMAKE_PREFIX_PATH={shlex.quote(prefix)} && cmake --build {shlex.quote(out)}"]
-        os.environ["DA8W4_LINEAR_CPU_LIB"] = os.path.join(out, "libda8w4_linear_cpu.so")  # workers inherit it
-    logs = {k: os.path.join(args.build_dir, f"build_{k}.log") for k in procs}
-    return {k: (subprocess.Popen(cmd, stdout=open(logs[k], "w"), stderr=subprocess.STDOUT), logs[k], time.time())
-            for k, cmd in procs.items()}
-
-
-def ratio_stats(rounds, a, b, n):
-    r = [x / y for x, y in zip(rounds[a][:n], rounds[b][:n])]
-    return [statistics.median(r), min(r), max(r)] if r else None
+    if not (lib and os.path.isfile(lib)) and any(VARIANTS[v][0] == "ours" for v in args.variants):
+        out = shlex.quote(os.path.join(args.build_dir, "ours"))
+        cmds["ours"] = ["sh", "-c", f"cmake -G Ninja -S {shlex.quote(str(vs.REPO / 'csrc'))} -B {out} -DCMAKE_PREFIX_PATH="
+                        f"{shlex.quote(torch.utils.cmake_prefix_path)} && cmake --build {out}"]
+        os.environ["DA8W4_LINEAR_CPU_LIB"] = os.path.join(args.build_dir, "ours", "libda8w4_linear_cpu.so")
+    logs = {k: os.path.join(args.build_dir, f"build_{k}.log") for k in cmds}
+    return {k: (subprocess.Popen(c, stdout=open(logs[k], "w"), stderr=subprocess.STDOUT), logs[k], time.time())
+            for k, c in cmds.items()}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--torchao-src", help="torchao source tree (or its da8w4_linear.cpp)")
     p.add_argument("--out", default="da8w4_llama_decoder_cpu.json", help="JSON, rewritten after every measurement")
-    p.add_argument("--budget-s", type=float, default=225.0, help="wall-clock budget of the whole run, builds included")
-    p.add_argument("--threads", type=int, nargs="+", default=None, help="default: 16 32 (--small: all CPUs)")
-    p.add_argument("--decode", type=int, nargs="*", default=None, help="decode batches (default 1 4 16; --small: 4)")
-    p.add_argument("--past", type=int, default=None, help="cached tokens for decode (default 512; --small 64)")
-    p.add_argument("--prefill", type=int, nargs="*", default=None, help="prefill lengths (default 512 2048; --small: 32)")
+    p.add_argument("--budget-s", type=float, default=230.0, help="wall-clock budget of the whole run, builds included")
+    p.add_argument("--threads", type=int, nargs="+", help="default 16 32 (--small: 1)")
+    p.add_argument("--decode", type=int, nargs="*", help="decode batches (default 1 4 16; --small: 4)")
+    p.add_argument("--past", type=int, help="cached tokens in decode (default 512; --small: 64)")
+    p.add_argument("--prefill", type=int, nargs="*", help="prefill lengths (default 512 2048; --small: 32)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--round-s", type=float, default=0.3, help="seconds of steps per variant per round (1-50 steps)")
-    p.add_argument("--variants", nargs="+", default=["stock+torchao", "concat+torchao", "concat+ours"],
-                   choices=list(VARIANTS))
-    p.add_argument("--small", action="store_true", help="tiny dry run: 2 layers, hidden 256, short sequences")
-    p.add_argument("--build-dir", default=os.path.join("/tmp", "da8w4_llama_decoder_cpu"))
+    p.add_argument("--round-s", type=float, default=0.3, help="seconds of steps per variant and round (1-50 steps)")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                   default=["stock+torchao", "concat+torchao", "concat+ours"])
+    p.add_argument("--small", action="store_true", help="dry run: 2 layers, hidden 256, vocab 1024, short sequences")
+    p.add_argument("--build-dir", default="/tmp/da8w4_llama_decoder_cpu", help="builds, worker logs, logits")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--n-workers", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    start = _T0
-    deadline = start + args.budget_s
-    small = args.small
-    args.threads = args.threads or ([os.cpu_count()] if small else [16, 32])
+    deadline, small = _T0 + args.budget_s, args.small
+    # --small: one thread, so that a busy 2-core machine does not stall the OpenMP barriers.
+    args.threads = args.threads or ([1] if small else [16, 32])
     args.decode = ([4] if small else [1, 4, 16]) if args.decode is None else args.decode
     args.past = args.past or (64 if small else 512)
     args.prefill = ([32] if small else [512, 2048]) if args.prefill is None else args.prefill
     os.makedirs(args.build_dir, exist_ok=True)
     notes = []
-    flags = open("/proc/cpuinfo").read()
-    if not args.torchao_src or not os.path.exists(args.torchao_src) or "avx512_vnni" not in flags:
-        notes.append(f"torchao's kernel skipped: no --torchao-src ({args.torchao_src})" if "avx512_vnni" in flags
-                     else "torchao's kernel skipped: its build flags need AVX512-VNNI, which this CPU lacks")
+    avx512_vnni = "avx512_vnni" in open("/proc/cpuinfo").read()
+    if not (args.torchao_src and os.path.exists(args.torchao_src) and avx512_vnni):
+        notes.append(f"torchao's kernel left out: {'no --torchao-src' if avx512_vnni else 'its flags need AVX512-VNNI'}")
         args.variants = [v for v in args.variants if VARIANTS[v][0] != "torchao"]
+        if len(args.variants) < 2 and "stock+ours" not in args.variants:
+            args.variants.insert(0, "stock+ours")
+            notes.append("stock+ours added, so that a pair is left")
     threads = [t for t in args.threads if t <= os.cpu_count()]
-    notes += [f"{t} threads skipped: {os.cpu_count()} CPUs" for t in args.threads if t > os.cpu_count()]
-    cases = [dict(phase="decode", batch=b, tokens=1, past=args.past) for b in args.decode] + [
-        dict(phase="prefill", batch=1, tokens=t, past=0) for t in args.prefill]
-    res = dict(machine=machine(), torch=torch.__version__, command=" ".join(map(shlex.quote, [sys.executable] + sys.argv)),
+    notes += [f"{t} threads left out: {os.cpu_count()} CPUs" for t in args.threads if t > os.cpu_count()]
+    dec = [dict(phase="decode", batch=b, tokens=1, past=args.past) for b in args.decode]
+    pre = [dict(phase="prefill", batch=1, tokens=t, past=0) for t in args.prefill]
+    cases = dec[:1] + pre[:1] + dec[1:] + pre[1:]  # one of each first, in case the budget ends early
+    res = dict(machine=machine(), torch=torch.__version__, command=shlex.join([sys.executable] + sys.argv),
                model=SMALL if small else dict(FULL, layers=args.layers), dtype="bfloat16", group_size=args.group_size,
-               budget_s=args.budget_s, load_avg_start=os.getloadavg(), notes=notes, builds={}, variants={}, cases=[])
+               threads=threads, planned=cases, budget_s=args.budget_s, load_avg_start=os.getloadavg(), notes=notes,
+               builds={}, variants={}, cases=[])
 
     def save():
-        res["elapsed_s"] = time.time() - start
+        res["elapsed_s"] = time.time() - _T0
         with open(args.out + ".tmp", "w") as f:
             json.dump(res, f, indent=1)
         os.replace(args.out + ".tmp", args.out)
@@ -361,90 +347,100 @@ def main():
         notes.append(msg)
 
     print(f"# {res['machine']}\n# torch {res['torch']}; {res['command']}", flush=True)
-    builds = start_builds(args, args.variants)
-    workers = {v: Worker(v, args, os.path.join(args.build_dir, f"worker_{v}.log")) for v in args.variants}
+    for n in notes:
+        print(f"# {n}", flush=True)
+    builds = start_builds(args)
+    workers = {v: Worker(v, args) for v in args.variants}
 
     def drop(v, why):
         note(f"{v} dropped: {why}")
         workers.pop(v).proc.kill()
 
-    if not builds.get("ours") and any(VARIANTS[v][0] == "ours" for v in workers):
-        res["builds"]["ours"] = dict(prebuilt=os.environ["DA8W4_LINEAR_CPU_LIB"])
-    for kind, (proc, log, t0) in builds.items():
-        try:
-            rc = proc.wait(timeout=max(1.0, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = "killed at the budget's end"
-        res["builds"][kind] = dict(seconds=time.time() - t0, rc=rc, log=log)
-        print(f"# build {kind}: rc {rc}, {time.time() - t0:.1f} s", flush=True)
-        if rc:
-            for v in [v for v in workers if VARIANTS[v][0] == kind]:
-                drop(v, f"{kind} kernel did not build (log {log}):\n{tail(log, 5)}")
-    if len(workers) < 2 and "stock+ours" not in workers and any(VARIANTS[v][0] == "ours" for v in workers):
-        note("added stock+ours, so that a pair is left")
-        workers["stock+ours"] = Worker("stock+ours", args, os.path.join(args.build_dir, "worker_stock+ours.log"))
-    for v, w in list(workers.items()):
-        try:
-            res["variants"][v] = w.recv(deadline)
-            w.send(op="load")
-        except (RuntimeError, TimeoutError) as e:
-            drop(v, str(e))
-    for v, w in list(workers.items()):
-        try:
-            res["variants"][v].update(w.recv(deadline))
-        except (RuntimeError, TimeoutError) as e:
-            drop(v, str(e))
-    res["setup_s"] = time.time() - start
-    print(f"# setup (builds, weights, quantize_) done at {res['setup_s']:.0f} s: {json.dumps(res['variants'])}", flush=True)
-    save()
-
-    def ask(vs_, **cmd):  # send to every variant in vs_ at once, then collect; a failing one is dropped
-        out = {}
-        for v in vs_:
+    def ask(names, **cmd):  # to every worker named at once, then collect; a failing one is dropped
+        for v in names:
             try:
                 workers[v].send(**cmd)
             except OSError as e:
                 drop(v, f"worker gone ({e}); log {workers[v].log}")
-        for v in [v for v in vs_ if v in workers]:
+        out = {}
+        for v in [v for v in names if v in workers]:
             try:
                 out[v] = workers[v].recv(deadline)
             except (RuntimeError, TimeoutError) as e:
                 drop(v, str(e))
         return out
 
-    names = sorted(workers, key=["stock+torchao", "stock+ours", "concat+torchao", "concat+ours"].index)
+    def load(kind):  # each worker makes and quantises its model as soon as its kernel is built
+        for v in [v for v in workers if VARIANTS[v][0] == kind]:
+            workers[v].send(op="load")
+
+    if "ours" not in builds and "DA8W4_LINEAR_CPU_LIB" in os.environ:
+        res["builds"]["ours"] = dict(prebuilt=os.environ["DA8W4_LINEAR_CPU_LIB"])
+        load("ours")
+    while builds:
+        for kind, (proc, log, t0) in list(builds.items()):
+            rc = proc.poll()
+            if rc is None and time.time() < deadline:
+                continue
+            if rc is None:
+                proc.kill()
+                rc = "killed at the budget's end"
+            del builds[kind]
+            res["builds"][kind] = dict(seconds=time.time() - t0, rc=rc, log=log)
+            print(f"# build {kind}: rc {rc}, {time.time() - t0:.1f} s", flush=True)
+            for v in [v for v in workers if VARIANTS[v][0] == kind and rc]:
+                drop(v, f"{kind} kernel did not build (log {log}):\n{tail(log, 5)}")
+            load(kind)
+        time.sleep(0.2)
+    if len(workers) < 2 and "concat+ours" in workers and "stock+ours" not in workers:
+        note("stock+ours added, so that a pair is left")
+        workers["stock+ours"] = Worker("stock+ours", args)
+        workers["stock+ours"].send(op="load")
+    for v in list(workers):  # the import reply, then the load reply
+        try:
+            res["variants"][v] = workers[v].recv(deadline)
+            res["variants"][v].update(workers[v].recv(deadline))
+        except (RuntimeError, TimeoutError) as e:
+            drop(v, str(e))
+    res["setup_s"] = time.time() - _T0
+    print(f"# setup done at {res['setup_s']:.0f} s: {json.dumps(res['variants'])}", flush=True)
+    save()
+
+    names = [v for v in VARIANTS if v in workers]
     ratios = [k for k, (a, b) in RATIOS.items() if a in names and b in names]
-    print("\n| threads | case | " + " | ".join(f"{v} ms [spread]" for v in names) + "".join(f" | {k}" for k in ratios) +
-          " | fused groups | max abs diff | compile s |", flush=True)
-    print("|---|---|" + "---:|" * (len(names) + len(ratios) + 3), flush=True)
+    print("\n| threads | case | " + " | ".join(f"{v} ms [spread]" for v in names) + "".join(f" | {k}" for k in ratios)
+          + " | fused groups | max abs diff | compile s |\n|---|---|" + "---:|" * (len(names) + len(ratios) + 3),
+          flush=True)
     compile_wall = 0.0
     for t, case in [(t, case) for t in threads for case in cases]:
-        label = (f"decode b={case['batch']} past={case['past']}" if case["phase"] == "decode"
-                 else f"prefill {case['tokens']} tok")
+        label = f"decode b={case['batch']} past={case['past']}" if case["phase"] == "decode" else \
+            f"prefill {case['tokens']}"
         if len(workers) < 2 or time.time() + 1.2 * compile_wall + 1 > deadline:
             note(f"{t} threads, {label}: not started ({'budget' if len(workers) > 1 else 'no pair left'})")
             continue
-        rec = dict(case, threads=t, label=label, max_abs_diff={}, rounds={})
+        rec = dict(case, threads=t, label=label, load_1m=os.getloadavg()[0], max_abs_diff={}, rounds={}, raw={})
         res["cases"].append(rec)
         t0 = time.time()
-        out = ask(list(workers), op="compile", threads=t, case=case,
-                  save_dir=args.build_dir)
+        out = ask(list(workers), op="compile", threads=t, case=case)
         compile_wall = time.time() - t0
         rec.update(compile_s={v: o["compile_s"] for v, o in out.items()},
                    fused_groups={v: o["fused_groups"] for v, o in out.items()})
         names = [v for v in names if v in workers]
-        if len(names) < 2:
+        if len(names) < 2 or time.time() + 2 * sum(o["step_s"] for o in out.values()) > deadline:
+            note(f"{t} threads, {label}: compiled, not measured ({'budget' if len(names) > 1 else 'no pair left'})")
             continue
         ref = torch.load(os.path.join(args.build_dir, f"logits_{names[0]}.pt"))
-        rec["ref_max_abs"] = ref.abs().max().item()
+        rec.update(reference=names[0], ref_max_abs=ref.abs().max().item())
         for v in names[1:]:
             rec["max_abs_diff"][v] = (torch.load(os.path.join(args.build_dir, f"logits_{v}.pt")) - ref).abs().max().item()
         est = {}
-        for v in names:  # two warm-up steps each; the second sizes the rounds
+        for v in names:  # two steps each, one discarded; the other sizes the rounds
             est.update({v: o["times"][0] for v, o in ask([v], op="run", steps=1, warmup=1).items()})
+        names = [v for v in names if v in est]
+        if len(names) < 2:
+            continue
         steps = max(1, min(50, int(args.round_s / max(est.values()))))
-        rec.update(steps_per_round=steps, rounds={v: [] for v in names})
+        rec["steps_per_round"] = steps
         for r in range(args.rounds):
             order = [v for v in (names if r % 2 == 0 else names[::-1]) if v in workers]
             warm = 1 if max(est.values()) < 0.1 else 0
@@ -455,16 +451,21 @@ def main():
                 o = ask([v], op="run", steps=steps, warmup=warm).get(v)
                 if o:
                     est[v] = statistics.median(o["times"])
-                    rec["rounds"][v].append(est[v])
+                    rec["rounds"].setdefault(v, []).append(est[v])
+                    rec["raw"].setdefault(v, []).append(o["times"])
                     save()
         done = [v for v in names if rec["rounds"].get(v)]
-        n = min(len(rec["rounds"][v]) for v in done) if done else 0
+        n = min((len(rec["rounds"][v]) for v in done), default=0)
         rec["median_s"] = {v: statistics.median(rec["rounds"][v]) for v in done}
-        rec["ratios"] = {k: ratio_stats(rec["rounds"], a, b, n) for k, (a, b) in RATIOS.items() if a in done and b in done}
+        rec["ratios"] = {}
+        for k, (a, b) in RATIOS.items():
+            if a in done and b in done and n:
+                rs = [x / y for x, y in zip(rec["rounds"][a][:n], rec["rounds"][b][:n])]
+                rec["ratios"][k] = [statistics.median(rs), min(rs), max(rs)]
         save()
         cells = [f"{1e3 * rec['median_s'][v]:.2f} [{1e3 * min(rec['rounds'][v]):.2f}, {1e3 * max(rec['rounds'][v]):.2f}]"
                  if v in done else "-" for v in names]
-        cells += [("%.3fx [%.2f, %.2f]" % tuple(rec["ratios"][k])) if rec["ratios"].get(k) else "-" for k in ratios]
+        cells += [("%.3fx [%.2f, %.2f]" % tuple(rec["ratios"][k])) if k in rec["ratios"] else "-" for k in ratios]
         cells += [", ".join(f"{v}: {g}" for v, g in rec["fused_groups"].items()),
                   ", ".join(f"{v}: {d:.3g}" for v, d in rec["max_abs_diff"].items()) + f" (ref max {rec['ref_max_abs']:.3g})",
                   ", ".join(f"{s:.0f}" for s in rec["compile_s"].values())]
@@ -478,8 +479,9 @@ def main():
             w.proc.kill()
     res["load_avg_end"] = os.getloadavg()
     save()
-    print(f"# ratios: fusion = stock+torchao / concat+torchao, kernel = concat+torchao / concat+ours, total = "
-          f"stock+torchao / concat+ours (median [min, max] over rounds); {time.time() - start:.0f} s; {args.out}")
+    print(f"# ms: median over rounds of each round's median step [min, max of those]; ratios: median [min, max] over "
+          f"rounds of {', '.join(f'{k} = {a} / {b}' for k, (a, b) in RATIOS.items() if k in ratios)}; "
+          f"{time.time() - _T0:.0f} s in all; {args.out}", flush=True)
 
 
 if __name__ == "__main__":
