@@ -346,9 +346,7 @@ def main():
         print(f"# {msg}", flush=True)
         notes.append(msg)
 
-    print(f"# {res['machine']}\n# torch {res['torch']}; {res['command']}", flush=True)
-    for n in notes:
-        print(f"# {n}", flush=True)
+    print("\n".join(f"# {n}" for n in [res["machine"], f"torch {res['torch']}; {res['command']}"] + notes), flush=True)
     builds = start_builds(args)
     workers = {v: Worker(v, args) for v in args.variants}
 
@@ -471,7 +469,7 @@ def main():
                   ", ".join(f"{s:.0f}" for s in rec["compile_s"].values())]
         print(f"| {t} | {label} | " + " | ".join(cells) + " |", flush=True)
     for w in workers.values():
-        w.proc.stdin.close()
+        w.proc.stdin.close()  # the worker's loop ends
     for w in workers.values():
         try:
             w.proc.wait(timeout=max(1.0, min(10.0, deadline - time.time())))
