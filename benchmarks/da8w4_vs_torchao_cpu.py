@@ -69,8 +69,12 @@ def load_torchao(src: pathlib.Path, build_dir: str) -> None:
     from torch.utils import cpp_extension
 
     lib = torch.library.Library("torchao", "FRAGMENT")  # noqa: F841 (kept alive below)
-    lib.define(PREPACK_SCHEMA)
-    lib.define(LINEAR_SCHEMA)
+    # Only what is not defined yet: an imported torchao (its ops.py) defines both schemas.
+    for name, schema in (("da8w4_linear_prepack_cpu", PREPACK_SCHEMA), ("da8w4_linear_cpu", LINEAR_SCHEMA)):
+        try:
+            torch._C._dispatch_find_schema_or_throw(f"torchao::{name}", "")
+        except RuntimeError:
+            lib.define(schema)
     load_torchao.lib = lib
     os.makedirs(build_dir, exist_ok=True)
     cpp_extension.load(
