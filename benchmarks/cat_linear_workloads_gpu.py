@@ -1,50 +1,50 @@
 """Paired stock-vs-patched benchmark of the ``cat_linear`` fusion on three models
 that really compute ``linear(cat(parts, -1), W, b)`` (issue #27, part 2), on one GPU.
 
-Workloads (bf16 on CUDA, fp32 on CPU):
-
-* ``gnn``: two EdgeConv layers, ``nn(cat([x_i, x_j - x_i], -1))`` per edge and a
-  max over each node's in-edges, on a random graph of 100k nodes x 20 in-edges (2M
-  edges), features 64, MLPs 128->128->128 and 256->128->128.  torch_geometric's
-  ``EdgeConv`` if it imports (``--gnn auto``), else ``EdgeConvRef`` (the same math:
-  two gathers, the cat, the MLP, a scatter-max); the JSON records which one ran.
-* ``dlrm``: bottom MLP 13->512->256->128, 26 embedding tables (10k rows, dim 128,
-  dense gradients), the pairwise dots of the 27 vectors (351 values), top MLP on
-  ``cat([dense, dots])`` 479->1024->512->1, batch 16k.  128 + 351 are not whole 64-wide
-  K tiles, so the default mode leaves that site to max_autotune (reported, not padded).
-* ``multimodal``: ``FusionHead`` from ``cat_linear_fused_model_gpu.py`` at its full
-  sizes (12 sites, batch 8192; inputs need grad in training).
+* ``gnn``: two EdgeConv layers (``nn(cat([x_i, x_j - x_i], -1))`` per edge, max over
+  each node's in-edges), 100k nodes x 20 random in-edges = 2M edges, features 64, MLPs
+  128->128->128 and 256->128->128: torch_geometric's ``EdgeConv`` if it imports, else
+  ``EdgeConvRef`` (the same math: two gathers, the cat, the MLP, a scatter-max).
+* ``dlrm``: bottom MLP 13->512->256->128, 26 embedding tables (10k rows, dim 128, dense
+  gradients), the pairwise dots of the 27 vectors (351), top MLP on ``cat([dense,
+  dots])`` 479->1024->512->1, batch 16k.  128 + 351 are not whole 64-wide K tiles: the
+  default mode leaves that site to max_autotune (reported as it is, not padded).
+* ``multimodal``: ``FusionHead`` of ``cat_linear_fused_model_gpu.py``, full widths and
+  batch (8192), a 2-layer trunk (8 sites); its inputs need grad in training.
 
 Each cell (workload x mode x tuning x variant) is a fresh process (this script with
-``--worker``) with empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, so every compile
-time, max_autotune's too, is cold.  Modes: ``inference`` (forward under ``no_grad``) and
-``training`` (forward+backward, parameter gradients).  Tunings: ``default`` and
-``max_autotune``.  Variants: ``stock`` (``pre_grad_fusion_options = {}``) and
-``patched`` (``{"cat_linear": {}}``), same torch, run as a pair in alternating order.
-A worker runs the step eagerly in fp32 (the reference) and in the benchmark dtype,
-computes Inductor's system key, then times the first compiled call (compile + first
-run), and records: the pass's own time; ``counters["inductor"]["cat_linear"]`` (sites
-rewritten) and the other ``cat_linear*`` counters and logged reasons; per site, as the
-pass's cost model saw it, rows, widths, N, the GEMM's arithmetic intensity (FLOP/byte),
-the device's ridge point (memory-bound if below it) and the roofline's best case;
-max abs/rel error of every output (and gradient) against fp32 eager, with eager's own
-error in the dtype; peak memory (``max_memory_allocated`` growth over one step); device
-time (``device_time.kernel_time_us``) and host time per step, median of ``--rounds``
-rounds with their spread; and, under max_autotune, Inductor's AUTOTUNE lines of each
-``cat_mm`` site (what the autotuner chose).  Default cells run first, then max_autotune
-inference (``--autotune all`` adds training, ``none`` skips it).  No pair starts that
-is estimated to end past ``--budget-s``, and a worker still running at the budget is
-killed; every skipped cell is printed.  The JSON at ``--out`` is rewritten after each
-cell; at the end a table gives patched/stock per cell against the targets (device time
-<= 1.02, compile <= 1.02).
+``--worker``) with empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: every compile
+time is cold, max_autotune's too.  Modes: ``inference`` (forward under ``no_grad``) and
+``training`` (forward+backward).  Variants, run as a pair in alternating order:
+``stock`` (``pre_grad_fusion_options = {}``) and ``patched`` (``{"cat_linear": {}}``),
+the same torch.  A worker runs the step eagerly in fp32 (the reference) and in the
+dtype (bf16 on CUDA, fp32 on CPU), computes Inductor's system key, times the first
+compiled call (compile + first run), and records: the pass's own time, the
+``cat_linear*`` counters (``cat_linear``: sites rewritten) and the pass's logged
+reasons; per site as the pass's cost model saw it, the GEMM's arithmetic intensity
+(FLOP/byte), the device's ridge point (below it: memory-bound) and the roofline's best
+case; the max abs/rel error of each output and gradient against fp32 eager, and
+eager's own in the dtype; peak memory (``max_memory_allocated`` growth over one step);
+device time (``device_time.kernel_time_us``) and host time of a step, median of
+``--rounds`` rounds and their spread; under max_autotune, the AUTOTUNE table of each
+``cat_mm`` site.  The JSON at ``--out`` is rewritten after each cell; the closing table
+gives patched/stock per cell against the targets (<= 1.02x device time and compile).
 
-    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --out $OUT/workloads.json
+max_autotune's cold compiles take tens of seconds each and do not fit the same budget
+as the default cells, so they are a second run: ``--tunings max_autotune`` (inference;
+``--autotune-modes`` adds training).  No pair starts that is estimated to end past
+``--budget-s``, a worker still running at the budget is killed, and every cell left
+out is printed.  ``--small`` (tiny sizes) runs one pair per workload (``SMALL_PLAN``).
+
+    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --out $OUT/wl.json
+    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --tunings max_autotune --out $OUT/wl_mat.json
     python benchmarks/cat_linear_workloads_gpu.py --device cpu --small --out /tmp/wl.json   # dry run
 """
 
 import argparse
 import copy
 import json
+import logging
 import os
 import platform
 import signal
@@ -72,10 +72,10 @@ DLRM_SIZES = {"full": (16384, 13, (512, 256, 128), 26, 10_000, (1024, 512)),
         "small": (256, 13, (16,), 26, 50, (32,))}  # fmt: skip
 # --small's cells: one pair per workload, covering each mode, tuning and (training on CPU) a rewrite.
 SMALL_PLAN = [("gnn", "training", "default"), ("dlrm", "inference", "max_autotune"),
-              ("multimodal", "training", "default")]
-# Pairs whose estimate is unknown so far (seconds per worker, by tuning and mode).
-PRIOR_S = {("default", "inference"): 20, ("default", "training"): 30, ("max_autotune", "inference"): 60,
-           ("max_autotune", "training"): 90}  # fmt: skip
+              ("multimodal", "inference", "default")]
+# Guessed seconds per worker until one of the same tuning and mode has run.
+PRIOR_S = {("default", "inference"): 15, ("default", "training"): 22, ("max_autotune", "inference"): 45,
+           ("max_autotune", "training"): 70}  # fmt: skip
 
 
 def mlp(dims, last_relu=True):
@@ -102,17 +102,18 @@ class EdgeConvRef(nn.Module):
 
 
 def edge_conv_class(choice):
-    if choice != "ref":
-        try:
-            import torch_geometric
-            from torch_geometric.nn import EdgeConv
+    """torch_geometric's EdgeConv (``auto``: if it imports; ``pyg``: or fail) or EdgeConvRef, and which."""
+    if choice == "ref":
+        return EdgeConvRef, "EdgeConvRef (--gnn ref)"
+    try:
+        import torch_geometric
+        from torch_geometric.nn import EdgeConv
 
-            return EdgeConv, f"torch_geometric.nn.EdgeConv (torch_geometric {torch_geometric.__version__})"
-        except Exception as e:  # not installed, or broken against this torch
-            if choice == "pyg":
-                raise
-            return EdgeConvRef, f"EdgeConvRef (torch_geometric not importable: {e!r})"
-    return EdgeConvRef, "EdgeConvRef (--gnn ref)"
+        return EdgeConv, f"torch_geometric.nn.EdgeConv (torch_geometric {torch_geometric.__version__})"
+    except Exception as e:  # not installed, or broken against this torch
+        if choice == "pyg":
+            raise
+        return EdgeConvRef, f"EdgeConvRef (torch_geometric not importable: {e!r})"
 
 
 class GNN(nn.Module):
@@ -130,19 +131,17 @@ class DLRM(nn.Module):
         dim = bottom[-1]
         self.bottom = mlp([n_dense, *bottom])
         self.emb = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(n_sparse))
-        li, lj = torch.tril_indices(n_sparse + 1, n_sparse + 1, -1)
-        self.register_buffer("li", li)
-        self.register_buffer("lj", lj)
-        self.top = mlp([dim + len(li), *top, 1], last_relu=False)
+        self.register_buffer("tril", torch.tril_indices(n_sparse + 1, n_sparse + 1, -1))  # 351 pairs for 26
+        self.top = mlp([dim + self.tril.shape[1], *top, 1], last_relu=False)
 
     def forward(self, dense, sparse):
         d = self.bottom(dense)
         t = torch.stack([d] + [e(sparse[:, i]) for i, e in enumerate(self.emb)], 1)
-        dots = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
+        dots = torch.bmm(t, t.transpose(1, 2))[:, self.tril[0], self.tril[1]]
         return self.top(torch.cat([d, dots], 1))
 
 
-def build(workload, small, device, gnn_choice):
+def build(workload, small, gnn_choice):
     """(fp32 model, inputs, output shapes, whether float inputs need grad, description)."""
     size = "small" if small else "full"
     if workload == "gnn":
@@ -157,8 +156,7 @@ def build(workload, small, device, gnn_choice):
         ins = [torch.randn(b, n_dense), torch.randint(0, rows, (b, n_sparse))]
         return DLRM(n_dense, bottom, n_sparse, rows, top), ins, [(b, 1)], False, f"batch {b}, {n_sparse} tables x {rows}"
     b, d_text, d_image, d_audio, *rest = HEAD_SIZES[size]
-    if small:  # one trunk layer: 7 sites
-        rest[-2] = 1
+    rest[-2] = 1 if small else 2  # trunk depth: 7 or 8 sites
     ins = [torch.randn(b, d) for d in (d_text, d_image, d_audio)]
     model = FusionHead(d_text, d_image, d_audio, *rest)
     return model, ins, [(b, n) for n in rest[-1]], True, f"FusionHead {size}, batch {b}"
@@ -170,16 +168,14 @@ def make_step(module, fn, dtype, inputs, gouts, train, input_grad):
     leaves = [*module.parameters()] + [x for x in ins if x.requires_grad]
 
     def step():
-        if not train:
-            with torch.no_grad():
-                out = fn(*ins)
-            return [o.detach() for o in (out if isinstance(out, tuple) else (out,))]
-        for t in leaves:
+        for t in leaves if train else ():
             t.grad = None
-        out = fn(*ins)
+        with torch.set_grad_enabled(train):
+            out = fn(*ins)
         outs = list(out) if isinstance(out, tuple) else [out]
-        torch.autograd.backward(outs, gs)
-        return [o.detach() for o in outs] + [t.grad for t in leaves]
+        if train:
+            torch.autograd.backward(outs, gs)
+        return [o.detach() for o in outs] + [t.grad for t in leaves if train]
 
     step.leaves = leaves
     return step
@@ -194,22 +190,17 @@ def record_sites(cost, sites):
         flops = 2.0 * site.rows * site.k * site.n
         nbytes = ((site.rows + site.n) * site.k + site.rows * site.n) * site.itemsize
         ridge = cost.ridge_point(site.device, site.dtype)
-        sites.append({
-            "rows": site.rows, "widths": list(site.widths), "n": site.n, "needs_grad": site.needs_grad,
-            "produced": list(site.produced), "intensity": round(flops / nbytes, 1),
-            "ridge": None if ridge is None else round(ridge, 1),
-            "memory_bound": None if ridge is None else flops / nbytes < ridge,
-            "best_case": None if ridge is None else round(site.speedup_bound(ridge), 3),
-            "form": d.form, "reason": d.reason,
-        })  # fmt: skip
+        sites.append({"rows": site.rows, "widths": list(site.widths), "n": site.n, "needs_grad": site.needs_grad,
+                      "produced": list(site.produced), "intensity": round(flops / nbytes, 1),
+                      "ridge": ridge and round(ridge, 1), "memory_bound": ridge and flops / nbytes < ridge,
+                      "best_case": ridge and round(site.speedup_bound(ridge), 3), "form": d.form,
+                      "reason": d.reason})  # fmt: skip
         return d
 
     cost.decide = recording
 
 
 def worker(a):
-    import logging
-
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
     from torch._inductor.codecache import CacheBase
@@ -218,10 +209,10 @@ def worker(a):
 
     assert "cat_linear" in PRE_GRAD_FUSIONS, "install the inductor-cat-linear-fused patch first"
     cuda, train = a.device == "cuda", a.mode == "training"
-    dtype = getattr(torch, a.dtype or ("bfloat16" if cuda else "float32"))
+    dtype = torch.bfloat16 if cuda else torch.float32  # the fusion is fp16/bf16-only on CUDA
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(0)
-    model, inputs, out_shapes, input_grad, desc = build(a.workload, a.small, "cpu", a.gnn)
+    model, inputs, out_shapes, input_grad, desc = build(a.workload, a.small, a.gnn)
     inputs = [x.to(a.device) for x in inputs]
     gouts = [torch.randn(s, device=a.device) for s in out_shapes]
     model = model.to(a.device)
@@ -259,25 +250,21 @@ def worker(a):
     res.update(pass_s=pass_s[0], rewritten=c["cat_linear"], decisions=decisions.lines, sites=sites,
                counters={k: v for k, v in c.items() if k.startswith("cat_linear")},
                phases_s=compile_phases())  # fmt: skip
-    errs = []
-    for g, e, r in zip(got, eager, ref):
-        scale = r.abs().max().clamp_min(1e-12)
-        errs.append(((g.float() - r).abs().max().item(), ((g.float() - r).abs().max() / scale).item(),
-                     ((e.float() - r).abs().max() / scale).item()))  # fmt: skip
-    res.update(err_abs=max(e[0] for e in errs), err_rel=max(e[1] for e in errs),
-               err_rel_eager=max(e[2] for e in errs),
-               ok=all(ec <= ERR_MULTIPLIER * ee + ERR_SLACK for _, ec, ee in errs))  # fmt: skip
+    # per tensor: max |x - fp32| (abs), / max |fp32| (rel); the rule of cat_linear_fused_model_gpu.py
+    errs = [((g.float() - r).abs().max().item(), (e.float() - r).abs().max().item(), r.abs().max().item() or 1e-12)
+            for g, e, r in zip(got, eager, ref)]  # fmt: skip
+    res.update(err_abs=max(g for g, _, _ in errs), err_rel=max(g / m for g, _, m in errs),
+               err_rel_eager=max(e / m for _, e, m in errs),
+               ok=all(g / m <= ERR_MULTIPLIER * e / m + ERR_SLACK for g, e, m in errs))  # fmt: skip
     del got, eager, ref
     dump()
 
     step()  # warm
-    if cuda:
+    if cuda:  # growth over one step, from its inputs and parameters alone (no outputs or gradients)
         for t in step.leaves:
             t.grad = None
-        sync()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        out = step()
+        sync(), torch.cuda.reset_peak_memory_stats()
+        base, out = torch.cuda.memory_allocated(), step()
         sync()
         res["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
         del out
@@ -290,9 +277,9 @@ def worker(a):
             t0 = time.perf_counter()
             step()
             host.append((time.perf_counter() - t0) * 1e6)
-    res.update(device_us=statistics.median(dev) if dev else None, device_us_rounds=dev,
-               device_spread=spread(dev) if dev else None, host_us=statistics.median(host),
-               host_us_rounds=host, host_spread=spread(host))  # fmt: skip
+    for k, v in (("device", dev), ("host", host)):
+        res.update({f"{k}_us": statistics.median(v) if v else None, f"{k}_us_rounds": v,
+                    f"{k}_spread": spread(v) if v else None})  # fmt: skip
     dump()
 
 
@@ -305,7 +292,7 @@ def run_worker(a, cell, timeout):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--result", result,
                "--device", a.device, "--rounds", str(a.rounds), "--gnn", a.gnn,
                *[f"--{k}={cell[k]}" for k in ("workload", "mode", "tuning", "variant")]]  # fmt: skip
-        cmd += (["--small"] if a.small else []) + ([f"--dtype={a.dtype}"] if a.dtype else [])
+        cmd += ["--small"] if a.small else []
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)  # fmt: skip
         try:
@@ -314,16 +301,11 @@ def run_worker(a, cell, timeout):
             os.killpg(p.pid, signal.SIGKILL)
             log, error = p.communicate()[0], f"killed after {timeout:.0f} s (budget or --worker-timeout-s)"
         r = json.load(open(result)) if os.path.exists(result) else {}
-    if error is None and p.returncode != 0:
+    if error is None and (p.returncode != 0 or "device_us_rounds" not in r):
         error = f"exit {p.returncode}: {log[-3000:]}"
-    elif error is None and "device_us_rounds" not in r:
-        error = "no result"
-    if error:
-        r["error"] = error
-    lines = log.splitlines()
-    picks = [i for i, line in enumerate(lines) if line.startswith("AUTOTUNE cat_mm")]
-    r["autotune_cat_mm"] = [lines[i:i + 6] for i in picks]
-    return r
+    lines = log.splitlines()  # Inductor's AUTOTUNE table of each cat_mm site: its best 4 choices
+    r["autotune_cat_mm"] = [lines[i:i + 7] for i, x in enumerate(lines) if x.startswith("AUTOTUNE cat_mm")]
+    return {**r, "error": error} if error else r
 
 
 def med(runs, key):
@@ -331,66 +313,66 @@ def med(runs, key):
     return statistics.median(vals) if vals else None
 
 
-def ratio(a, b):
-    return round(a / b, 3) if a is not None and b else None
-
-
 def summarize(cells):
     rows = []
     for key in dict.fromkeys((c["workload"], c["mode"], c["tuning"]) for c in cells):
-        runs = [c for c in cells if (c["workload"], c["mode"], c["tuning"]) == key and "compile_s" in c]
-        s = [c for c in runs if c["variant"] == "stock"]
-        p = [c for c in runs if c["variant"] == "patched"]
+        runs = [c for c in cells if (c["workload"], c["mode"], c["tuning"]) == key and "err_rel" in c]
+        s, p = [c for c in runs if c["variant"] == "stock"], [c for c in runs if c["variant"] == "patched"]
         if not s or not p:
             continue
-        sites = p[0].get("sites", [])
+        sites = p[0]["sites"]
         row = {"workload": key[0], "mode": key[1], "tuning": key[2], "processes": [len(s), len(p)],
-               "sites": len(sites), "rewritten": sorted({c.get("rewritten") for c in p}),
-               "counters": p[0].get("counters"),
-               "intensity": [x["intensity"] for x in sites], "ridge": sites[0]["ridge"] if sites else None,
-               "memory_bound": [x["memory_bound"] for x in sites],
-               "best_case": [x["best_case"] for x in sites],
-               "pass_s": med(p, "pass_s"), "err_rel_eager": max(c["err_rel_eager"] for c in s + p),
-               "err_rel_stock": max(c["err_rel"] for c in s), "err_rel_patched": max(c["err_rel"] for c in p),
-               "err_abs_patched": max(c["err_abs"] for c in p), "ok": all(c["ok"] for c in s + p)}  # fmt: skip
+               "sites": sites, "rewritten": sorted({c["rewritten"] for c in p}), "counters": p[0]["counters"],
+               "pass_s": med(p, "pass_s"), "ok": all(c["ok"] for c in s + p)}  # fmt: skip
+        for k in ("err_rel_eager", "err_rel", "err_abs"):
+            row[f"{k}_stock"], row[f"{k}_patched"] = max(c[k] for c in s), max(c[k] for c in p)
         for k in ("device_us", "host_us", "peak_mib", "compile_s"):
-            row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
-            row[f"{k}_ratio"] = ratio(row[f"{k}_patched"], row[f"{k}_stock"])
+            row[f"{k}_stock"], row[f"{k}_patched"] = st, pt = med(s, k), med(p, k)
+            row[f"{k}_ratio"] = round(pt / st, 3) if st and pt is not None else None
         for k in ("device_spread", "host_spread"):
             row[k] = max((c[k] for c in s + p if c.get(k) is not None), default=None)
-        row["pass_share_of_compile"] = ratio(row["pass_s"], row["compile_s_stock"])
-        r, cr = row["device_us_ratio"], row["compile_s_ratio"]  # the targets are on device time
+        row["pass_share_of_compile"] = row["pass_s"] / row["compile_s_stock"] if row["pass_s"] else None
+        r, cr = row["device_us_ratio"], row["compile_s_ratio"]  # the targets are on the GPU's figures
         row["never_slower"] = None if r is None else r <= 1.02
         row["compile_within_2pct"] = None if cr is None else cr <= 1.02
         rows.append(row)
     return rows
 
 
-def markdown(meta, rows):
+def report(meta, rows):
     def f(v, fmt="%.1f"):
         return "-" if v is None else fmt % v
 
-    out = [f"{meta.get('machine')}, torch {meta.get('torch')}, {meta.get('dtype')}; one cold process per "
-           "cell; step time: median of rounds (largest spread of rounds); compile: first call, cold caches. "
-           "AI: the GEMM's FLOP/byte at each site (ridge: the device's; below it, memory-bound).", "",
-           "| workload | mode | tuning | sites rewritten | AI (ridge) | device µs stock / patched | ratio | "
-           "host µs ratio | peak MiB stock / patched | compile s stock / patched | ratio | pass s | "
-           "rel err eager / stock / patched | targets |",
+    out = [f"{meta.get('machine')}, torch {meta.get('torch')}, {meta.get('dtype')}; one cold process per cell "
+           "(max_autotune's too); step: median of rounds (largest spread of rounds). AI: each site's GEMM "
+           "FLOP/byte, (ridge): the device's, below it memory-bound.", "",
+           "| workload | mode | tuning | rewritten/sites | AI (ridge) | device µs stock / patched (spread) | ratio "
+           "| host ratio | peak MiB stock / patched | compile s stock / patched | ratio | pass s (of stock's compile) "
+           "| rel err eager / stock / patched | targets |",
            "|---|---|---|---|---|---|---:|---:|---|---|---:|---:|---|---|"]  # fmt: skip
     for r in rows:
-        ai = ",".join(f"{x:g}" for x in r["intensity"]) + (f" ({r['ridge']:g})" if r["ridge"] else "")
-        targets = ["speed ok" if r["never_slower"] else "SLOWER" if r["never_slower"] is False else "",
-                   "compile ok" if r["compile_within_2pct"] else "compile +" if r["compile_within_2pct"] is False
-                   else ""]  # fmt: skip
+        ridge = r["sites"][0]["ridge"] if r["sites"] else None
+        ai = ",".join(f"{x['intensity']:g}" for x in r["sites"]) + (f" ({ridge:g})" if ridge else "")
+        t = [{True: "speed ok", False: "SLOWER"}.get(r["never_slower"], ""),
+             {True: "compile ok", False: "COMPILE +"}.get(r["compile_within_2pct"], "")]  # fmt: skip
         out.append("| " + " | ".join([
-            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}/{r['sites']}", ai,
-            f"{f(r['device_us_stock'])} / {f(r['device_us_patched'])} ({f(r['device_spread'], '%.2f')})",
+            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}/{len(r['sites'])}", ai,
+            f"{f(r['device_us_stock'])} / {f(r['device_us_patched'])} ({f(r['device_spread'], '%.3f')})",
             f(r["device_us_ratio"], "%.3f"), f(r["host_us_ratio"], "%.3f"),
             f"{f(r['peak_mib_stock'])} / {f(r['peak_mib_patched'])}",
             f"{f(r['compile_s_stock'], '%.2f')} / {f(r['compile_s_patched'], '%.2f')}",
-            f(r["compile_s_ratio"], "%.3f"), f(r["pass_s"], "%.3f"),
-            " / ".join(f(r[k], "%.1e") for k in ("err_rel_eager", "err_rel_stock", "err_rel_patched"))
-            + ("" if r["ok"] else " FAIL"), ", ".join(t for t in targets if t)]) + " |")  # fmt: skip
+            f(r["compile_s_ratio"], "%.3f"),
+            f"{f(r['pass_s'], '%.3f')} ({f(r['pass_share_of_compile'] and 100 * r['pass_share_of_compile'])}%)",
+            f"{f(r['err_rel_eager_stock'], '%.1e')} / {f(r['err_rel_stock'], '%.1e')} / "
+            f"{f(r['err_rel_patched'], '%.1e')}" + ("" if r["ok"] else " FAIL"), ", ".join(x for x in t if x)]) + " |")
+    out.append("\nWhere the rewritten sites are memory-bound (AI below the ridge), and what the step got:")
+    for r in rows:
+        fired = [x for x in r["sites"] if x["form"]]
+        if fired:
+            mb = [x for x in fired if x["memory_bound"]] if fired[0]["ridge"] else "unknown (no ridge here)"
+            out.append(f"- {r['workload']} {r['mode']} {r['tuning']}: of {len(fired)} rewritten sites, memory-bound "
+                       f"{len(mb) if isinstance(mb, list) else mb} (AI {', '.join(str(x['intensity']) for x in fired)}); device time "
+                       f"patched/stock {f(r['device_us_ratio'], '%.3f')}, peak memory {f(r['peak_mib_ratio'], '%.3f')}")
     return "\n".join(out)
 
 
@@ -399,8 +381,10 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSON, rewritten after every cell")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--modes", nargs="+", default=["inference", "training"], choices=["inference", "training"])
-    ap.add_argument("--autotune", default="inference", choices=["none", "inference", "all"],
-                    help="which modes also run under max_autotune (after every default cell)")
+    ap.add_argument("--tunings", nargs="+", choices=["default", "max_autotune"],
+                    help="default: 'default' alone (both with --small)")
+    ap.add_argument("--autotune-modes", nargs="+", default=["inference"], choices=["inference", "training"],
+                    help="the modes run under max_autotune (after every default cell)")
     ap.add_argument("--reps", type=int, default=1, help="processes per cell")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds per process")
     ap.add_argument("--budget-s", type=float, default=200.0, help="start no pair that would end later")
@@ -408,7 +392,6 @@ def main(argv=None):
     ap.add_argument("--gnn", default="auto", choices=["auto", "pyg", "ref"],
                     help="EdgeConv: torch_geometric's if importable (auto), or EdgeConvRef")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
     ap.add_argument("--small", action="store_true", help="tiny sizes and SMALL_PLAN's cells (CPU dry run)")
     ap.add_argument("--all-cells", action="store_true", help="with --small: every cell, not SMALL_PLAN")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -418,81 +401,72 @@ def main(argv=None):
     if a.worker:
         return worker(a)
 
-    start = time.perf_counter()
-    plan, skipped = [], []
-    tuned = {"none": [], "inference": ["inference"], "all": ["inference", "training"]}[a.autotune]
-    for tuning in ("default", "max_autotune"):
-        keys = [(w, m) for w in a.workloads for m in a.modes if tuning == "default" or m in tuned]
+    start, plan, skipped = time.perf_counter(), [], []
+    a.tunings = a.tunings or (["default", "max_autotune"] if a.small else ["default"])
+    for tuning in a.tunings:
+        modes = a.modes if tuning == "default" else [m for m in a.modes if m in a.autotune_modes]
+        if len(modes) < len(a.modes):
+            skipped.append(f"max_autotune {sorted(set(a.modes) - set(modes))}: not in --autotune-modes")
+        keys = [(w, m) for w in a.workloads for m in modes]
         if a.small and not a.all_cells:
             keys = [(w, m) for w, m in keys if (w, m, tuning) in SMALL_PLAN]
-        elif tuning == "max_autotune" and len(keys) < len(a.workloads) * len(a.modes):
-            skipped.append(f"max_autotune for {sorted(set(a.modes) - set(tuned))}: not run (--autotune {a.autotune})")
         for rep in range(a.reps):
             for i, (w, m) in enumerate(keys):
                 order = ["stock", "patched"] if (i + rep) % 2 == 0 else ["patched", "stock"]
                 plan.append([{"workload": w, "mode": m, "tuning": tuning, "variant": v, "rep": rep} for v in order])
+    skipped += ["max_autotune: not run (--tunings max_autotune runs it)"] if "max_autotune" not in a.tunings else []
     if a.small and not a.all_cells:
-        skipped.append(f"--small runs one pair per workload, {SMALL_PLAN} (--all-cells: every cell)")
-    meta = {"command": " ".join([sys.executable, *sys.argv]), "argv": sys.argv[1:], "host": platform.node(),
-            "cpus": os.cpu_count(), "budget_s": a.budget_s, "small": a.small,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
-    cells, took = [], {}  # (tuning, mode) -> seconds per worker seen so far
+        skipped.append(f"--small runs only {SMALL_PLAN} (--all-cells: every cell)")
+    meta = {"command": " ".join([sys.executable, *sys.argv]), "host": platform.node(), "cpus": os.cpu_count(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "budget_s": a.budget_s, "small": a.small}  # fmt: skip
+    cells, took = [], {}  # seconds per worker: by (workload, mode, tuning), and the most by (tuning, mode)
 
     def write():
         if a.out:
-            rows = summarize(cells)
             with open(a.out, "w") as f:
-                json.dump({"meta": meta, "rows": rows, "cells": cells, "skipped": skipped}, f, indent=1)
+                json.dump({"meta": meta, "rows": summarize(cells), "cells": cells, "skipped": skipped}, f, indent=1)
 
     for pair in plan:
-        c0 = pair[0]
-        name = f"{c0['workload']} {c0['mode']} {c0['tuning']}" + (f" rep {c0['rep'] + 1}" if a.reps > 1 else "")
-        seen = took.get((c0["workload"], c0["mode"], c0["tuning"])) or took.get((c0["tuning"], c0["mode"]))
-        estimate = 2 * (seen or (0 if a.small else PRIOR_S[(c0["tuning"], c0["mode"])]))
-        elapsed = time.perf_counter() - start
-        if elapsed + estimate > a.budget_s:
-            skipped.append(f"{name}: not started at {elapsed:.0f} s, the pair would take ~{estimate:.0f} s "
-                           f"of the {a.budget_s:.0f} s budget")  # fmt: skip
-            print(f"[{elapsed:6.1f}s] skip {skipped[-1]}", flush=True)
-            continue
-        for cell in pair:
+        w, m, tuning, rep = (pair[0][k] for k in ("workload", "mode", "tuning", "rep"))
+        name = f"{w} {m} {tuning}" + (f" rep {rep + 1}" if a.reps > 1 else "")
+        for j, cell in enumerate(pair):
+            per = took.get((w, m, tuning)) or took.get((tuning, m)) or (0 if a.small else PRIOR_S[(tuning, m)])
             t0 = time.perf_counter()
-            left = a.budget_s - (t0 - start)
-            r = {**cell, **run_worker(a, cell, min(a.worker_timeout_s, left)), **cell}
-            dt = time.perf_counter() - t0
-            r["worker_s"] = dt
-            took[(cell["workload"], cell["mode"], cell["tuning"])] = dt
-            took[(cell["tuning"], cell["mode"])] = max(dt, took.get((cell["tuning"], cell["mode"]), 0))
+            if t0 - start + per * (2 - j) > a.budget_s:  # the rest of the pair would end past the budget
+                skipped.append(f"{name} {'+'.join(c['variant'] for c in pair[j:])}: not started at {t0 - start:.0f} s"
+                               f" of the {a.budget_s:.0f} s budget (estimate ~{per * (2 - j):.0f} s)")
+                print(f"[{t0 - start:6.1f}s] skipped {skipped[-1]}", flush=True)
+                break
+            r = {**run_worker(a, cell, min(a.worker_timeout_s, a.budget_s - (t0 - start))), **cell}
+            r["worker_s"] = dt = time.perf_counter() - t0
+            took[(w, m, tuning)], took[(tuning, m)] = dt, max(dt, took.get((tuning, m), 0))
             cells.append(r)
             if "machine" in r:
                 meta.update({k: r[k] for k in ("machine", "torch", "dtype")})
-                meta.setdefault("workloads", {})[cell["workload"]] = r["desc"]
+                meta.setdefault("workloads", {})[w] = r["desc"]
             tag = f"[{time.perf_counter() - start:6.1f}s] {name} {cell['variant']:7s}"
-            if "compile_s" in r:
-                dev, peak = r.get("device_us"), r.get("peak_mib")
-                print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}  device "
-                      + ("-" if dev is None else f"{dev:.1f} µs") + f"  host {r.get('host_us') or 0:.1f} µs  peak "
-                      + ("-" if peak is None else f"{peak:.0f} MiB") + f"  rel err {r['err_rel']:.1e} (eager "
+            if "err_rel" in r:
+                g = {k: "-" if r.get(k) is None else f"{r[k]:.1f}" for k in ("device_us", "host_us", "peak_mib")}
+                print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}  device {g['device_us']} µs"
+                      f"  host {g['host_us']} µs  peak {g['peak_mib']} MiB  rel err {r['err_rel']:.1e} (eager "
                       f"{r['err_rel_eager']:.1e}){'' if r['ok'] else ' FAIL'}  worker {dt:.0f} s", flush=True)
             if "error" in r:
                 print(f"{tag} FAILED: {r['error'][-1500:]}", flush=True)
-            if cell["variant"] == "patched" and cell["rep"] == 0:
+            if cell["variant"] == "patched" and rep == 0:
                 for x in r.get("sites", []):
-                    print(f"    site {x['rows']} x {'+'.join(map(str, x['widths']))} -> {x['n']}: AI "
-                          f"{x['intensity']} (ridge {x['ridge']}), best case {x['best_case']}: "
-                          f"{x['form'] or 'stock'} ({x['reason']})", flush=True)  # fmt: skip
-                for line in r.get("decisions", []) + [s for b in r["autotune_cat_mm"] for s in b]:
+                    print(f"    site {x['rows']} x {'+'.join(map(str, x['widths']))} -> {x['n']}: AI {x['intensity']}"
+                          f" (ridge {x['ridge']}), best case {x['best_case']}: {x['form'] or 'stock'} ({x['reason']})")
+                lines = [x for x in r.get("decisions", []) if not any(y["reason"] in x for y in r.get("sites", []))]
+                for line in lines + [s for b in r["autotune_cat_mm"] for s in b]:  # the rest: the pass's log
                     print(f"    {line}", flush=True)
             write()
     meta["wall_s"] = round(time.perf_counter() - start, 1)
     rows = summarize(cells)
-    print("\n" + (markdown(meta, rows) if rows else "no cell has both a stock and a patched run"))
-    print("\nmax_autotune compile times are cold (fresh process, empty caches), as default's.")
+    print("\n" + (report(meta, rows) if rows else "no cell has both a stock and a patched run"))
     for s in skipped:
         print(f"skipped: {s}")
     write()
-    failed = [c for c in cells if "error" in c]
-    return 1 if failed or not rows or not all(r["ok"] for r in rows) else 0
+    return 1 if any("error" in c for c in cells) or not rows or not all(r["ok"] for r in rows) else 0
 
 
 if __name__ == "__main__":
