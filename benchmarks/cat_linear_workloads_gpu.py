@@ -30,11 +30,12 @@ device time (``device_time.kernel_time_us``) and host time of a step, median of
 ``cat_mm`` site.  The JSON at ``--out`` is rewritten after each cell; the closing table
 gives patched/stock per cell against the targets (<= 1.02x device time and compile).
 
-max_autotune's cold compiles take tens of seconds each and do not fit the same budget
-as the default cells, so they are a second run: ``--tunings max_autotune`` (inference;
-``--autotune-modes`` adds training).  No pair starts that is estimated to end past
-``--budget-s``, a worker still running at the budget is killed, and every cell left
-out is printed.  ``--small`` (tiny sizes) runs one pair per workload (``SMALL_PLAN``).
+max_autotune's cold compiles benchmark every GEMM's choices, so they are a second run
+with a budget of its own: ``--tunings max_autotune`` (inference; ``--autotune-modes``
+adds training).  No cell starts that is estimated to end past ``--budget-s``, a worker
+still running at the budget is killed, and every cell left out is printed.  ``--small``
+(tiny sizes, one EdgeConv layer) runs one pair per workload, ``SMALL_PLAN``, which
+covers both modes and tunings and, on CPU, a rewritten site (``--all-cells``: all).
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --out $OUT/wl.json
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --tunings max_autotune --out $OUT/wl_mat.json
@@ -65,14 +66,14 @@ from cat_linear_fused_model_gpu import (  # noqa: E402
 from device_time import host_time_us, kernel_time_us, spread  # noqa: E402
 
 WORKLOADS = ("gnn", "dlrm", "multimodal")
-# gnn: (nodes, in-edges per node, features, hidden); dlrm: (batch, dense features,
+# gnn: (nodes, in-edges per node, features, hidden, EdgeConv layers); dlrm: (batch, dense features,
 # bottom MLP, sparse features, rows per table, top MLP)
-GNN_SIZES = {"full": (100_000, 20, 64, 128), "small": (1000, 8, 64, 64)}
+GNN_SIZES = {"full": (100_000, 20, 64, 128, 2), "small": (1000, 8, 64, 64, 1)}
 DLRM_SIZES = {"full": (16384, 13, (512, 256, 128), 26, 10_000, (1024, 512)),
         "small": (256, 13, (16,), 26, 50, (32,))}  # fmt: skip
 # --small's cells: one pair per workload, covering each mode, tuning and (training on CPU) a rewrite.
-SMALL_PLAN = [("gnn", "training", "default"), ("dlrm", "inference", "max_autotune"),
-              ("multimodal", "inference", "default")]
+SMALL_PLAN = [("gnn", "training", "default"), ("dlrm", "inference", "default"),
+              ("multimodal", "inference", "max_autotune")]
 # Guessed seconds per worker until one of the same tuning and mode has run.
 PRIOR_S = {("default", "inference"): 15, ("default", "training"): 22, ("max_autotune", "inference"): 45,
            ("max_autotune", "training"): 70}  # fmt: skip
@@ -117,12 +118,14 @@ def edge_conv_class(choice):
 
 
 class GNN(nn.Module):
-    def __init__(self, conv, f, h):
+    def __init__(self, conv, f, h, layers):
         super().__init__()
-        self.conv1, self.conv2 = conv(mlp([2 * f, h, h])), conv(mlp([2 * h, h, h]))
+        self.convs = nn.ModuleList(conv(mlp([2 * (f if i == 0 else h), h, h])) for i in range(layers))
 
     def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index), edge_index)
+        for conv in self.convs:
+            x = conv(x, edge_index)
+        return x
 
 
 class DLRM(nn.Module):
@@ -145,12 +148,13 @@ def build(workload, small, gnn_choice):
     """(fp32 model, inputs, output shapes, whether float inputs need grad, description)."""
     size = "small" if small else "full"
     if workload == "gnn":
-        n, k, f, h = GNN_SIZES[size]
+        n, k, f, h, layers = GNN_SIZES[size]
         conv, impl = edge_conv_class(gnn_choice)
         dst = torch.arange(n).repeat_interleave(k)
         edge_index = torch.stack([torch.randint(0, n, (n * k,)), dst])
         ins = [torch.randn(n, f), edge_index]
-        return GNN(conv, f, h), ins, [(n, h)], False, f"{n} nodes x {k} = {n * k} edges, F {f}, H {h}; {impl}"
+        desc = f"{layers} EdgeConv, {n} nodes x {k} = {n * k} edges, F {f}, H {h}; {impl}"
+        return GNN(conv, f, h, layers), ins, [(n, h)], False, desc
     if workload == "dlrm":
         b, n_dense, bottom, n_sparse, rows, top = DLRM_SIZES[size]
         ins = [torch.randn(b, n_dense), torch.randint(0, rows, (b, n_sparse))]
@@ -365,6 +369,9 @@ def report(meta, rows):
             f"{f(r['pass_s'], '%.3f')} ({f(r['pass_share_of_compile'] and 100 * r['pass_share_of_compile'])}%)",
             f"{f(r['err_rel_eager_stock'], '%.1e')} / {f(r['err_rel_stock'], '%.1e')} / "
             f"{f(r['err_rel_patched'], '%.1e')}" + ("" if r["ok"] else " FAIL"), ", ".join(x for x in t if x)]) + " |")
+    out.append("\nCompile ratios of single cold processes carry their process-to-process noise (--reps N gives "
+               "medians); the pass's own time and share of stock's compile are its cost.  On CPU the host times are "
+               "one call per round: a dry run's, not figures.")
     out.append("\nWhere the rewritten sites are memory-bound (AI below the ridge), and what the step got:")
     for r in rows:
         fired = [x for x in r["sites"] if x["form"]]
