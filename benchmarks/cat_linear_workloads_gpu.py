@@ -394,7 +394,7 @@ def main(argv=None):
                     help="the modes run under max_autotune (after every default cell)")
     ap.add_argument("--reps", type=int, default=1, help="processes per cell")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds per process")
-    ap.add_argument("--budget-s", type=float, default=200.0, help="start no pair that would end later")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="start no cell estimated to end later; kill a worker still running then")
     ap.add_argument("--worker-timeout-s", type=float, default=180.0)
     ap.add_argument("--gnn", default="auto", choices=["auto", "pyg", "ref"],
                     help="EdgeConv: torch_geometric's if importable (auto), or EdgeConvRef")
