@@ -53,9 +53,7 @@ def fusion(form=None):
     return inductor_config.patch(pre_grad_fusion_options={"cat_linear": options})
 
 
-def cuda_site(
-    widths, n, rows=8192, grad=False, produced=None, dtype=torch.bfloat16, folded=()
-):
+def cuda_site(widths, n, rows=8192, grad=False, produced=None, dtype=torch.bfloat16):
     return cost.CatLinearSite(
         rows=rows,
         widths=tuple(widths),
@@ -64,7 +62,6 @@ def cuda_site(
         device=torch.device("cuda", 0),
         needs_grad=grad,
         produced=tuple(produced or [False] * len(widths)),
-        folded=tuple(folded),
     )
 
 
@@ -347,33 +344,6 @@ class CatLinearFusedTest(TestCase):
         self.assertEqual(d.form, form, msg=d.reason)
         self.assertIn(reason, d.reason)
 
-    def test_cat_linear_cuda_decision_folded_relu(self):
-        # A relu the template applies as it loads saves its piece's trip
-        # through the cat; a producer it cannot fold saves nothing.
-        with h100_figures():
-            site = cuda_site((64, 64), 256, produced=(True, True), folded=(True, True))
-            self.assertEqual(cost.decide(site).form, "mm")
-            site = cuda_site((64, 64), 256, produced=(True, True), folded=(False, True))
-            self.assertLess(
-                site.cat_cost(),
-                cuda_site((64, 64), 256, folded=(True, True)).cat_cost(),
-            )
-
-    def test_cat_linear_foldable_relu(self):
-        # Only a single-user relu of something no in-graph pointwise op makes.
-        def fn(a, b, c, w):
-            return F.linear(torch.cat([torch.relu(a), torch.relu(b * 2), c], -1), w)
-
-        graph = self._traced(fn, make_inputs((8,), (16, 16, 16), 8, bias=False))
-        (linear,) = [
-            n for n in graph.nodes if n.target in cat_linear_fused.LINEAR_TARGETS
-        ]
-        match = cat_linear_fused.match_cat_linear(linear)
-        self.assertEqual(
-            [cat_linear_fused._is_foldable_relu(p) for p in match.parts],
-            [True, False, False],
-        )
-
     def test_cat_linear_cuda_decision_max_autotune(self):
         site = cuda_site((256, 512, 128), 4096)
         with h100_figures():
@@ -568,17 +538,6 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(
                 torch.compile(fn)(x2, y2, w, b), fn(x2, y2, w, b), **TOL[torch.bfloat16]
             )
-
-    @requires_cuda_and_triton
-    def test_cat_linear_cuda_relu_folds_into_template(self):
-        # The relu of the first piece runs in the template's loads (no kernel
-        # of its own) and the roofline counts its piece as saved.
-        args = make_inputs((8192,), (64, 64), 256, torch.bfloat16, "cuda", grad=False)
-        with torch.no_grad():
-            (code,) = self.common(relu_cat_linear, args, 1, backward=False)
-        FileCheck().check("def triton_tem_").check_not("triton_poi_fused_relu").run(
-            code
-        )
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_backward(self):

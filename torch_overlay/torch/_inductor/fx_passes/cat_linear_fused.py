@@ -230,24 +230,9 @@ class GraphIndex:
         return total
 
 
-def _is_foldable_relu(node: torch.fx.Node) -> bool:
-    """A single-user relu of a tensor no in-graph pointwise op makes: the
-    in-place GEMM applies it as it loads the piece (kernel/cat_linear.py)."""
-    if _name(node.target) != "relu" or len(node.users) != 1:
-        return False
-    if node.kwargs.get("inplace") or len(node.args) != 1:
-        return False
-    inp = node.args[0]
-    return not (
-        isinstance(inp, torch.fx.Node) and _is_fused_producer(inp, any_users=True)
-    )
-
-
-def _is_fused_producer(node: torch.fx.Node, any_users: bool = False) -> bool:
+def _is_fused_producer(node: torch.fx.Node) -> bool:
     """A single-user pointwise op: Inductor writes it straight into the cat."""
-    if node.op not in ("call_function", "call_method"):
-        return False
-    if not any_users and len(node.users) != 1:
+    if node.op not in ("call_function", "call_method") or len(node.users) != 1:
         return False
     target = node.target
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
@@ -281,9 +266,6 @@ class CatLinearMatch:
             device=out.device,
             needs_grad=out.requires_grad,
             produced=tuple(_is_fused_producer(p) for p in self.parts),
-            folded=tuple(
-                out.device.type == "cuda" and _is_foldable_relu(p) for p in self.parts
-            ),
             max_autotune=config.max_autotune or config.max_autotune_gemm,
         )
 

@@ -86,8 +86,6 @@ class CatLinearSite:
     needs_grad: bool
     # Per part: written by a pointwise op that stock fuses into the cat.
     produced: tuple[bool, ...]
-    # Per part: a relu the in-place GEMM applies as it loads the part.
-    folded: tuple[bool, ...] = ()
     max_autotune: bool = False
 
     @property
@@ -109,12 +107,9 @@ class CatLinearSite:
     def cat_cost(self) -> float:
         """The cat traffic a form saves: every piece forward+backward (the
         saved cat and its gradient go away), else the pieces without a fused
-        producer or whose producer the form folds."""
-        folded = self.folded or (False,) * len(self.widths)
+        producer."""
         saved = sum(
-            w
-            for w, p, f in zip(self.widths, self.produced, folded)
-            if self.needs_grad or not p or f
+            w for w, p in zip(self.widths, self.produced) if self.needs_grad or not p
         )
         return 2.0 * self.rows * saved * self.itemsize
 

@@ -243,7 +243,6 @@ def _choices(
     bias: Any,
     layout: FixedLayout,
     widths: list[int | None],
-    prologue: bool,
 ) -> list[Any]:
     autotune = config.max_autotune or config.max_autotune_gemm
     itemsize = layout.dtype.itemsize
@@ -251,12 +250,10 @@ def _choices(
     even_k = all(w is not None and w % 64 == 0 for w in widths)
     one_loop = _one_loop_ok(parts, widths)
     narrow = all(w is not None and w <= ONE_LOOP_MAX_WIDTH for w in widths)
-    # The one-loop layout has no prologue support: a relu to fold takes per piece.
-    take_one_loop = one_loop and narrow and not prologue
     layouts = []
-    if one_loop and (take_one_loop or autotune):
+    if one_loop and (narrow or autotune):
         layouts.append((True, _ONE_LOOP_CONFIGS))
-    if not take_one_loop or autotune:
+    if not (one_loop and narrow) or autotune:
         per_piece = _PER_PIECE_CONFIGS
         if n is not None and n <= 128:
             per_piece = [c for c in per_piece if c[1] <= 128]
@@ -294,12 +291,9 @@ def _choices(
     return choices
 
 
-def tuned_cat_addmm(
-    parts: list[Any], mat2: Any, bias: Any = None, relu_parts: list[bool] | None = None
-) -> Any:
+def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts`` (``bias`` 1-D or
-    None), reading the parts in place.  ``relu_parts``: parts that are a relu
-    of a realized tensor, which may fuse into the template's loads."""
+    None), reading the parts in place."""
     m = parts[0].get_size()[0]
     n = mat2.get_size()[1]
     widths = [_static_int(p.get_size()[1]) for p in parts]
@@ -314,14 +308,7 @@ def tuned_cat_addmm(
         parts = realize_inputs(*parts)
         mat2 = realize_inputs(mat2)
         inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
-        relu_parts = relu_parts or [False] * len(parts)
-        for part, relu in zip(parts, relu_parts):
-            if relu:
-                # relu is exact in the input's dtype: let it fuse into a
-                # low-precision template's loads without an upcast.
-                buf = V.graph.get_buffer(part.get_name())
-                V.graph.low_precision_codegen_ops.add(buf.get_operation_name())
-        choices = _choices(parts, mat2, inp, layout, widths, any(relu_parts))
+        choices = _choices(parts, mat2, inp, layout, widths)
         nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     if not choices:
         cat = lowerings[aten.cat.default](parts, 1)
@@ -333,25 +320,11 @@ def tuned_cat_addmm(
     return result[0] if isinstance(result, tuple) else result
 
 
-def _relu_of_realized(node: Any) -> bool:
-    """``node`` is a relu whose only user is this op and whose input is not a
-    pointwise op (which Inductor would fuse into the relu's buffer)."""
-    if not isinstance(node, torch.fx.Node) or node.target != aten.relu.default:
-        return False
-    inp = node.args[0]
-    pointwise = isinstance(inp, torch.fx.Node) and torch.Tag.pointwise in getattr(
-        inp.target, "tags", ()
-    )
-    return len(node.users) == 1 and not pointwise
-
-
 @register_lowering(torch.ops.inductor.cat_linear.default, type_promotion_kind=None)
 def lower_cat_linear(parts: list[Any], weight: Any, bias: Any = None) -> Any:
-    fx_parts = V.graph.current_node.args[0] if V.graph.current_node else ()
-    relu_parts = [_relu_of_realized(p) for p in fx_parts] or None
     lead = list(parts[0].get_size()[:-1])
     m = sympy_product(lead)
     flat = [lowerings[aten.view.default](p, [m, p.get_size()[-1]]) for p in parts]
     mat2 = lowerings[aten.permute.default](weight, [1, 0])
-    out = tuned_cat_addmm(flat, mat2, bias, relu_parts)
+    out = tuned_cat_addmm(flat, mat2, bias)
     return lowerings[aten.view.default](out, [*lead, weight.get_size()[0]])
