@@ -94,11 +94,14 @@ def fresh_code(fn, variant):
 
 
 def inductor_patches(variant):
-    fusion = variant.startswith("patched")
-    patches = {
-        "pre_grad_fusion_options": {"cat_linear": {}} if fusion else {},
-        "force_disable_caches": True,
-    }
+    """Inductor config of a variant: the fusion off (stock*, floor, native), on
+    (patched*), or forced into a form (view, mm)."""
+    options = {}
+    if variant.startswith("patched"):
+        options = {"cat_linear": {}}
+    elif variant in ("view", "mm"):
+        options = {"cat_linear": {"form": variant}}
+    patches = {"pre_grad_fusion_options": options, "force_disable_caches": True}
     if variant.endswith("_mat"):
         patches["max_autotune"] = True
     if variant == "native":
@@ -106,11 +109,13 @@ def inductor_patches(variant):
     return patches
 
 
-def run_site(m, widths, n, producer, bwd, variants, reps, dtype):
+def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", timer=None):
+    """One site: compile every variant (each keeps its code), then time them
+    ``reps`` times interleaved with ``timer`` (default: GPU device time)."""
     from torch._dynamo.utils import counters
     from torch._inductor import config as inductor_config
 
-    dev = "cuda"
+    timer = timer or kernel_time_us
     torch.manual_seed(0)
     parts = [torch.randn(m, k, device=dev, dtype=dtype, requires_grad=bwd) for k in widths]
     w = (torch.randn(n, sum(widths), device=dev, dtype=dtype) / sum(widths) ** 0.5).requires_grad_(bwd)
@@ -131,9 +136,10 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype):
             t0 = time.perf_counter()
             with torch.no_grad() if not bwd else contextlib.nullcontext():
                 out, code = run_and_keep_code(cfn, *args)
-            torch.cuda.synchronize()
+            if dev == "cuda":
+                torch.cuda.synchronize()
         row["compile_s"][v] = round(time.perf_counter() - t0, 3)
-        if v.startswith("patched"):
+        if v.startswith("patched") or v in ("view", "mm"):
             c = counters["inductor"]
             row[f"{v}_counters"] = {k: c[k] for k in c if k.startswith("cat_linear")}
             row[f"{v}_template"] = any("triton_tem_" in s for s in code)
@@ -153,7 +159,7 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype):
     times = {v: [] for v in variants}
     for _ in range(reps):
         for v in variants:
-            times[v].append(kernel_time_us(compiled[v]))
+            times[v].append(timer(compiled[v]))
     row["device_us"] = {v: statistics.median(t) for v, t in times.items()}
     row["spread"] = {v: round(spread(t), 4) for v, t in times.items()}
     return row

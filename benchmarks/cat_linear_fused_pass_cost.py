@@ -1,12 +1,12 @@
-"""How cat_linear_fused's per-site decisions scale with the graph, on CPU.
+"""How the ``cat_linear`` fusion's per-site decisions scale with the graph, on CPU.
 
 Traces ``FusionHead`` (``cat_linear_fused_model_gpu.py``) at its small sizes with
 ``--depth`` trunk layers (``depth + 6`` sites, about 8 graph nodes per layer) and
-runs the pass's decision phase on Dynamo's graph as if it were on an H100: the
-sites report a CUDA device, the gemm form counts as available, and the device
-limits are fixed (650 TFLOPS, 2900 GB/s; no GPU is touched).  Nothing is
-rewritten.  Prints the wall time of the whole decision phase (median of
-``--reps``) and per site.
+runs the fusion's decision (``CatLinearRule.match`` on every node, as the fusion's
+search does) on Dynamo's graph as if on an H100: the sites report a CUDA device
+and the ridge point is an H100 SXM's (no GPU is touched).  Nothing is rewritten.
+Prints the wall time of the whole decision phase (median of ``--reps``) and per
+site.
 
     python benchmarks/cat_linear_fused_pass_cost.py --depth 6 50 200
 """
@@ -24,13 +24,15 @@ import torch  # noqa: E402
 from cat_linear_fused_model_gpu import FusionHead, SIZES  # noqa: E402
 
 
+H100_RIDGE = 238.0  # cat_linear_fused_cost.ridge_point of an H100 SXM
+
+
 def decision_ms(depth, reps):
     from torch._inductor.fx_passes import cat_linear_fused as clf
     from torch._inductor.fx_passes import cat_linear_fused_cost as cost
-    from torch._inductor.fx_passes import cat_linear_fused_gemm as gemm
 
     B, dt, di, da, proj, pair, d, _, heads = SIZES["small"]
-    model = FusionHead(dt, di, da, proj, pair, d, depth, heads)
+    model = FusionHead(dt, di, da, proj, pair, d, depth, heads).bfloat16()
     graphs = []
 
     def backend(gm, example_inputs):
@@ -39,18 +41,27 @@ def decision_ms(depth, reps):
 
     torch._dynamo.reset()
     with torch.no_grad():
-        torch.compile(model, backend=backend)(*[torch.randn(B, k) for k in (dt, di, da)])
+        xs = [torch.randn(B, k, dtype=torch.bfloat16) for k in (dt, di, da)]
+        torch.compile(model, backend=backend)(*xs)
     graph = graphs[0].graph
-    limits = cost.DeviceLimits(tflops=650.0, dram_gbps=2900.0)
-    with mock.patch.object(clf.CatLinearMatch, "device", torch.device("cuda", 0)), \
-            mock.patch.object(gemm, "gemm_form_available", return_value=True), \
-            mock.patch.object(cost, "device_limits", return_value=limits):  # fmt: skip
-        times = []
+    site = clf.CatLinearMatch.site
+
+    def cuda_site(match):
+        s = site(match)
+        return None if s is None else cost.dataclasses.replace(s, device=torch.device("cuda", 0))
+
+    with (
+        mock.patch.object(clf.CatLinearMatch, "site", cuda_site),
+        mock.patch.object(cost, "ridge_point", return_value=H100_RIDGE),
+    ):
+        times, decided = [], 0
         for _ in range(reps):
+            rule = clf.CatLinearRule({})
             t0 = time.perf_counter()
-            forms = [clf.should_cat_linear_fused(m) for m in clf.find_cat_linear_matches(graph)]
+            decided = sum(rule.match(n) is not None for n in graph.nodes)
             times.append((time.perf_counter() - t0) * 1e3)
-    return len(graph.nodes), len(forms), statistics.median(times)
+    sites = sum(n.target in clf.LINEAR_TARGETS for n in graph.nodes)
+    return len(graph.nodes), sites, decided, statistics.median(times)
 
 
 def main(argv=None):
@@ -59,11 +70,11 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print("| depth | graph nodes | sites | decisions ms | ms per site |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| depth | graph nodes | linear sites | taken | decisions ms | ms per site |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for depth in args.depth:
-        nodes, sites, ms = decision_ms(depth, args.reps)
-        print(f"| {depth} | {nodes} | {sites} | {ms:.1f} | {ms / sites:.2f} |")
+        nodes, sites, taken, ms = decision_ms(depth, args.reps)
+        print(f"| {depth} | {nodes} | {sites} | {taken} | {ms:.1f} | {ms / sites:.2f} |")
 
 
 if __name__ == "__main__":
