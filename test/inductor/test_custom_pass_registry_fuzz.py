@@ -17,7 +17,7 @@ After every step the registry must agree with the model:
   ones never do, and a pass without uuid() makes the compile bypass the cache.
 
 A second test runs real compiles and checks that the passes run in the
-listed order.  The seed is fixed; PATCHSET_FUZZ_LONG=1 runs 10x as many cases.
+listed order.  The seed is fixed; INDUCTOR_FUZZ_LONG=1 runs 10x as many cases.
 """
 
 import contextlib
@@ -41,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover
     HAS_HYPOTHESIS = False
 
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 SCALE = 10 if LONG else 1
 
 STAGES = ("post_grad_custom_pre_pass", "post_grad_custom_post_pass")

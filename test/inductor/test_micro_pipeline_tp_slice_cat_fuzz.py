@@ -16,7 +16,7 @@ expects).  The claim is checked numerically against simulated shards; a false
 claim fails the test.  Generated canonical reassemblies that are *not* found
 are counted and must be none.
 
-The seed is fixed; PATCHSET_FUZZ_LONG=1 runs 10x as many cases.
+The seed is fixed; INDUCTOR_FUZZ_LONG=1 runs 10x as many cases.
 """
 
 import itertools
@@ -65,7 +65,7 @@ if HAS_DIST:
 
 
 HAS_MATCHER = HAS_DIST and HAS_HYPOTHESIS
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 EXAMPLES = 25 * (10 if LONG else 1)
 
 aten = torch.ops.aten

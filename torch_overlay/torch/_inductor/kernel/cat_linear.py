@@ -316,7 +316,7 @@ def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
             return lowerings[aten.mm.default](cat, mat2)
         return lowerings[aten.addmm.default](bias, cat, mat2)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
-    # 2.13+ returns (node, choice)
+    # (node, choice) where autotune_select_algorithm returns the choice too
     return result[0] if isinstance(result, tuple) else result
 
 
