@@ -311,3 +311,23 @@ def test_real_headlines_results_and_scripts():
             if name.startswith("test_") or "/" in script.removeprefix("benchmarks/"):
                 continue
             assert (REPO_ROOT / "benchmarks" / name).is_file(), f"{doc.name} cites {script}"
+
+
+def test_check_holds_the_map_and_the_upstream_tests(fake_generated, tmp_path):
+    from tools.tests.conftest import check_fake
+
+    fp = _with_readme(fake_generated)
+    _upstream_checkout(fp, tmp_path)
+    probs, _ = check_fake(fp)
+    assert probs == []
+    fp.set_toml(fp.toml().replace('tests = ["test/inductor/test_alpha.py"]',
+                                  'tests = ["test/inductor/test_alpha.py"]\nexamples = ["examples/alpha.py"]\nresults = "alpha results"'))
+    fp.set_toml(fp.toml().replace('file = "test/inductor/test_upstream_beta.py"', 'file = "test/inductor/test_other.py"'))
+    warnings = []
+    from tools.check import check_map_and_upstream
+
+    got = [str(p) for p in check_map_and_upstream(fp.sources.load(), fp.sources, warn=warnings.append)]
+    assert any("lists examples/alpha.py, which does not exist" in p for p in got), got
+    assert any("no heading 'alpha results' (results of inductor-alpha)" in p for p in got), got
+    assert any("changes test/inductor/test_upstream_beta.py but no [[patch.upstream.test-change]]" in p for p in got), got
+    assert any("no hunk stored for its change to test/inductor/test_other.py" in w for w in warnings), warnings
