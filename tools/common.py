@@ -191,6 +191,13 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
     )
 
 
+def tests_not_on(base: str, path: Path = PATCHSET_TOML) -> list[str]:
+    """Test files that patches list for other bases only (CMakeLists.txt skips them on ``base``)."""
+    ps = load_patchset(path)
+    ships = {t for p in ps.series(base) for t in p.tests_on(base)}
+    return sorted({t for p in ps.patches for t in p.tests} - ships)
+
+
 def version_key(v: str) -> tuple[int, int, int]:
     """'2.14.1' -> (2, 14, 1), for ordering bases."""
     a, b, c = (int(x) for x in v.split("."))

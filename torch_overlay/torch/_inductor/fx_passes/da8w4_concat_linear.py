@@ -542,6 +542,7 @@ class Da8w4ConcatLinearMatch:
     def replace(self) -> None:
         graph = self.gm.graph
         op = self.linears[0].node.target
+        assert callable(op)
         first = self.linears[0].node
         args0 = self.linears[0].args
         act = args0["input"]

@@ -299,6 +299,7 @@ def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     widths = [_static_int(p.get_size()[1]) for p in parts]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     choices: list[Any] = []
+    nodes: list[Any] = []
     if (
         layout.device.type == "cuda"
         and layout.dtype in (torch.float16, torch.bfloat16)
