@@ -192,7 +192,8 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
 
 
 def tests_not_on(base: str, path: Path = PATCHSET_TOML) -> list[str]:
-    """Test files that patches list for other bases only (CMakeLists.txt skips them on ``base``)."""
+    """Test files that ship only on other bases (a patch not in ``base``'s series, or an entry for other bases
+    only): CMakeLists.txt does not run them on ``base``."""
     ps = load_patchset(path)
     ships = {t for p in ps.series(base) for t in p.tests_on(base)}
     return sorted({t for p in ps.patches for t in p.tests} - ships)
