@@ -156,6 +156,20 @@ class TestChangeState:
     why_not: str = ""
 
 
+def unwrap(text: str) -> str:
+    """Paragraphs and list items on one line each: GitHub shows every newline of a PR description as a break."""
+    out: list[str] = []
+    for para in text.strip().split("\n\n"):
+        items: list[str] = []
+        for line in para.splitlines():
+            if not items or line.lstrip().startswith(("- ", "* ")):
+                items.append(line.rstrip())
+            else:
+                items[-1] += " " + line.strip()
+        out.append("\n".join(items))
+    return "\n\n".join(out)
+
+
 def export_message(patch: PatchMeta) -> str:
     """The commit message of the exported PR: the subject, the summary and the test plan."""
     up = patch.upstream
@@ -169,7 +183,7 @@ def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeS
     """``files``: (path in the target repo, what it is), listed for a PR to another repository than PyTorch."""
     up = patch.upstream
     assert up is not None
-    out = [f"# {patch.subject}", "", "## Summary", "", up.summary, ""]
+    out = [f"# {patch.subject}", "", "## Summary", "", unwrap(up.summary), ""]
     for dep in depends_on:
         repo = dep.upstream.repo if dep.upstream else PYTORCH_REPO
         out += [f"Depends on the {repo} PR \"{dep.subject}\".", ""]
@@ -178,7 +192,7 @@ def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeS
     if changes:
         out += ["This PR changes upstream test expectations on purpose:", ""]
         for c in changes:
-            state = "changed in this PR" if c.included else f"**not in this PR yet** ({c.why_not})"
+            state = "changed in this PR" if c.included else f"**not in this PR yet**: {c.why_not}"
             out.append(f"- `{c.file}` `{c.test}` ({state}): {c.assertion} {c.reason}")
         out.append("")
     out += ["## Test Plan", "", "```", *up.test_plan, "```", "", "## Measured", ""]

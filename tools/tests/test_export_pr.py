@@ -92,7 +92,7 @@ def test_export_pr_branches_commit_and_pr_md(fake_generated, tmp_path, capsys):
     assert "Command:" not in pr and "not this" not in pr
     beta = (out / "inductor-beta" / "PR.md").read_text()
     # the upstream expectation it changes is named, and that its hunk is missing without a checkout
-    assert "`test/inductor/test_upstream_beta.py` `TestBeta.test_count` (**not in this PR yet** (no hunk stored" in beta
+    assert "`test/inductor/test_upstream_beta.py` `TestBeta.test_count` (**not in this PR yet**: no hunk stored" in beta
     assert "Expected 2 stages. Beta adds one." in beta
     err = capsys.readouterr().err
     assert "could not include the change to test/inductor/test_upstream_beta.py (TestBeta.test_count)" in err
@@ -106,7 +106,7 @@ def test_export_pr_without_checkout_names_the_hunk_it_could_not_include(fake_gen
     _upstream_checkout(fp, tmp_path)
     out = _export(fp, out=tmp_path / "out", names=["inductor-beta"])
     beta = (out / "inductor-beta" / "PR.md").read_text()
-    assert "(**not in this PR yet** (made without a PyTorch checkout))" in beta
+    assert "(**not in this PR yet**: made without a PyTorch checkout)" in beta
     assert "made without a PyTorch checkout" in capsys.readouterr().err
     assert "test_upstream_beta" not in git(out / "repo", "show", "--name-only", "--format=", "inductor-beta")
 
@@ -272,6 +272,13 @@ def test_pasteability_findings(tmp_path):
     assert not any(f.startswith(("x:3:", "x:5:")) for f in got), got
     assert any(f.startswith("x:4: names torch 2.13") for f in got)
     assert any(f.startswith("x:6: fork-internal wording") for f in got)
+
+
+def test_unwrap():
+    from tools.prmd import unwrap
+
+    text = "A wrapped\nparagraph.\n\n- item one\n  goes on\n- item two\n\nLast."
+    assert unwrap(text) == "A wrapped paragraph.\n\n- item one goes on\n- item two\n\nLast."
 
 
 def test_added_lines_and_named_section(tmp_path):

@@ -58,6 +58,7 @@ def test_real_pr_md_is_pasteable(tmp_path):
     from tools.bases import base_tree
     from tools.common import load_patchset, version_key
     from tools.export_pr import export_prs
+    from tools.prmd import unwrap
     from tools.sources import Sources
 
     newest = max(load_patchset().bases, key=version_key)
@@ -68,7 +69,7 @@ def test_real_pr_md_is_pasteable(tmp_path):
         if p.category != "upstreamable":
             continue
         text = (out / p.name / "PR.md").read_text()
-        assert text.startswith(f"# {p.subject}\n\n## Summary\n\n{p.upstream.summary}\n"), p.name
+        assert text.startswith(f"# {p.subject}\n\n## Summary\n\n{unwrap(p.upstream.summary)}\n"), p.name
         assert len(p.upstream.summary.split()) <= 300 and p.subject.startswith("[inductor] ")
         assert "## Test Plan\n\n```\n" + "\n".join(p.upstream.test_plan) + "\n```" in text, p.name
         assert "## Measured\n" in text, p.name
