@@ -226,6 +226,8 @@ def export_prs(
                 what = f"branch {p.name} ({commit[:12]})"
             else:
                 added = _export_files(repo, ienv, parent, p, d, files)
+                _tidy_imports(d / "files", p)
+                added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
             deps = [by_name[n] for n in up.depends_on if n in by_name]
             text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], changes, deps, files)
@@ -267,6 +269,24 @@ def _export_files(repo: Path, ienv: dict, parent: str, p: PatchMeta, d: Path, fi
         files.append((target, "test" if path.startswith("test/") else "module"))
         added[target] = numbered(text)
     return added
+
+
+def _tidy_imports(root: Path, p: PatchMeta) -> None:
+    """Files moved to another repository have new absolute imports: sort them and format the files (ruff's
+    isort rules and formatter, defaults, run in the files' root so that their package is first-party), when
+    ruff is installed (requirements-dev.txt pins it); otherwise say that it is left to do."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ruff") is None:
+        progress(f"warning: {p.name}: ruff is not installed: sort the imports of {root} (ruff check --select I --fix; "
+                 "ruff format) before proposing it")
+        return
+    for cmd in (["check", "--isolated", "--select", "I", "--fix", "--quiet", "."], ["format", "--isolated", "--quiet", "."]):
+        r = subprocess.run([sys.executable, "-m", "ruff", *cmd], cwd=root, capture_output=True, text=True)
+        if r.returncode:
+            raise PatchsetError(root, f"ruff {cmd[0]} failed: {(r.stdout + r.stderr).strip()}")
 
 
 def _cmd_export_pr(args) -> int:
