@@ -5,8 +5,8 @@ required trailers, a Yocto-style ``Upstream-Status`` regex); (3) ``git am`` of t
 clone of the pristine tree, and each patch alone on the pristine tree; (4) each patch's hook alone on the
 pristine tree (a shared ``hook.diff`` that no longer applies to a base is named with the base, file and hunk,
 and an override is suggested), then regenerate and byte-compare. Every problem is reported with its file;
-exit status 1 if there is any. Each patch's map (examples, benchmarks, docs) must exist, its results section and
-headline table be headings of benchmarks/README.md, and every hunk of its upstream-tests diff have a reason.
+exit status 1 if there is any. Each patch's results section and headline table must be headings of
+benchmarks/README.md, and every hunk of its upstream-tests diff have a reason.
 Warnings do not fail it: a TODO left in a patch body, an upstream test change without a stored hunk, and an
 override that earns no place (the hook its bases would use without it gives the same files on each of them: ``redundant_overrides``).
 """
@@ -276,9 +276,10 @@ def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
 
 
 def check_map_and_upstream(ps: Patchset, sources: Sources, *, warn=progress) -> list[Problem]:
-    """Each patch's map (examples, benchmarks, docs) exists; its results section and headline table are headings
-    of benchmarks/README.md; its upstream-tests diff parses and every hunk in it has a reason
-    (``[[patch.upstream.test-change]]``); a change without a stored hunk is a warning."""
+    """A patch's results section and headline table are headings of benchmarks/README.md (where there is one);
+    its upstream-tests diff parses and every hunk in it has a reason (``[[patch.upstream.test-change]]``); a change
+    without a stored hunk is a warning. (That the map's files exist is test_docs' job: a copy of the sources
+    alone, as in tools/tests, has no examples/ or benchmarks/.)"""
     from tools.export_pr import upstream_test_files, upstream_tests_diff
     from tools.prmd import named_section
 
@@ -286,9 +287,6 @@ def check_map_and_upstream(ps: Patchset, sources: Sources, *, warn=progress) -> 
     readme = sources.root / "benchmarks" / "README.md"
     where = str(sources.patchset_toml)
     for p in ps.patches:
-        for f in (*p.examples, *p.benchmarks, *p.docs):
-            if not (sources.root / f).is_file():
-                probs.append(Problem(f"{where} [[patch]] {p.name!r}", f"lists {f}, which does not exist"))
         headings = [("results", p.results)] + ([("[patch.upstream] headline", p.upstream.headline)] if p.upstream else [])
         for what, heading in headings:
             if heading and readme.is_file() and named_section(readme, heading) is None:

@@ -156,12 +156,6 @@ PATCHSET_TOML = textwrap.dedent(
     Beta makes stage_20 do what its callers expect.
     """
 
-    [[patch.upstream.test-change]]
-    file = "test/inductor/test_upstream_beta.py"
-    test = "TestBeta.test_count"
-    assertion = "Expected 2 stages."
-    reason = "Beta adds one."
-
     [[patch]]
     name = "inductor-gamma"
     subject = "[inductor] Add gamma helpers"
