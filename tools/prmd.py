@@ -157,12 +157,17 @@ class TestChangeState:
 
 
 def unwrap(text: str) -> str:
-    """Paragraphs and list items on one line each: GitHub shows every newline of a PR description as a break."""
+    """Paragraphs and list items on one line each (GitHub shows every newline of a PR description as a break);
+    table rows and code blocks stay as they are."""
     out: list[str] = []
     for para in text.strip().split("\n\n"):
         items: list[str] = []
+        fenced = False
         for line in para.splitlines():
-            if not items or line.lstrip().startswith(("- ", "* ")):
+            keep = fenced or line.startswith(("|", "```")) or (items and items[-1].startswith("|"))
+            if line.startswith("```"):
+                fenced = not fenced
+            if keep or not items or line.lstrip().startswith(("- ", "* ")):
                 items.append(line.rstrip())
             else:
                 items[-1] += " " + line.strip()
@@ -196,5 +201,5 @@ def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeS
             out.append(f"- `{c.file}` `{c.test}` ({state}): {c.assertion} {c.reason}")
         out.append("")
     out += ["## Test Plan", "", "```", *up.test_plan, "```", "", "## Measured", ""]
-    out += headline or ["Pending."]
+    out += [unwrap("\n".join(headline))] if headline else ["Pending."]
     return "\n".join(out).rstrip("\n") + "\n"

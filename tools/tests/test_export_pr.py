@@ -290,8 +290,8 @@ def test_pasteability_findings(tmp_path):
 def test_unwrap():
     from tools.prmd import unwrap
 
-    text = "A wrapped\nparagraph.\n\n- item one\n  goes on\n- item two\n\nLast."
-    assert unwrap(text) == "A wrapped paragraph.\n\n- item one goes on\n- item two\n\nLast."
+    text = "A wrapped\nparagraph.\n\n- item one\n  goes on\n- item two\n\nLast.\n| a |\n|---|\n| 1 |\n\n```\nx\ny\n```"
+    assert unwrap(text) == "A wrapped paragraph.\n\n- item one goes on\n- item two\n\nLast.\n| a |\n|---|\n| 1 |\n\n```\nx\ny\n```"
 
 
 def test_added_lines_and_named_section(tmp_path):
