@@ -5,8 +5,10 @@ required trailers, a Yocto-style ``Upstream-Status`` regex); (3) ``git am`` of t
 clone of the pristine tree, and each patch alone on the pristine tree; (4) each patch's hook alone on the
 pristine tree (a shared ``hook.diff`` that no longer applies to a base is named with the base, file and hunk,
 and an override is suggested), then regenerate and byte-compare. Every problem is reported with its file;
-exit status 1 if there is any. Warnings do not fail it: a TODO left in a patch body, and an override that earns no
-place (the hook its bases would use without it gives the same files on each of them: ``redundant_overrides``).
+exit status 1 if there is any. Each patch's results section and headline table must be headings of
+benchmarks/README.md, and every hunk of its upstream-tests diff have a reason.
+Warnings do not fail it: a TODO left in a patch body, an upstream test change without a stored hunk, and an
+override that earns no place (the hook its bases would use without it gives the same files on each of them: ``redundant_overrides``).
 """
 
 from __future__ import annotations
@@ -273,6 +275,42 @@ def check_overlay_claimed(ps: Patchset, sources: Sources) -> list[Problem]:
     return probs
 
 
+def check_map_and_upstream(ps: Patchset, sources: Sources, *, warn=progress) -> list[Problem]:
+    """A patch's results section and headline table are headings of benchmarks/README.md (where there is one);
+    its upstream-tests diff parses and every hunk in it has a reason (``[[patch.upstream.test-change]]``); a change
+    without a stored hunk is a warning. (That the map's files exist is test_docs' job: a copy of the sources
+    alone, as in tools/tests, has no examples/ or benchmarks/.)"""
+    from tools.export_pr import upstream_test_files, upstream_tests_diff
+    from tools.prmd import named_section
+
+    probs = []
+    readme = sources.root / "benchmarks" / "README.md"
+    where = str(sources.patchset_toml)
+    for p in ps.patches:
+        headings = [("results", p.results)] + ([("[patch.upstream] headline", p.upstream.headline)] if p.upstream else [])
+        for what, heading in headings:
+            if heading and readme.is_file() and named_section(readme, heading) is None:
+                probs.append(Problem(str(readme), f"no heading {heading!r} ({what} of {p.name})"))
+        names = {n.name for n in ps.patches}
+        for dep in p.upstream.depends_on if p.upstream else ():
+            if dep not in names:
+                probs.append(Problem(f"{where} [[patch]] {p.name!r}", f"depends-on {dep!r}: no such patch"))
+        try:
+            stored = upstream_test_files(sources, p)
+        except PatchsetError as e:
+            probs.append(Problem(e.where, e.reason))
+            continue
+        explained = {c.file for c in p.upstream.test_changes} if p.upstream else set()
+        for f in stored:
+            if f not in explained:
+                probs.append(Problem(str(upstream_tests_diff(sources, p)),
+                                     f"changes {f} but no [[patch.upstream.test-change]] of {p.name} says why"))
+        for f in sorted(explained - set(stored)):
+            warn(f"warning: {p.name}: no hunk stored for its change to {f} "
+                 f"({sources.rel(upstream_tests_diff(sources, p))}); export-pr cannot include it")
+    return probs
+
+
 def _check_tree(base: str, ps: Patchset, sources: Sources, pdir: Path, tree: Path, out) -> list[Problem]:
     """(3) and (4), in a temp dir."""
     found = []
@@ -310,6 +348,7 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
             problems.append(Problem(str(d), f"no base {d.name[1:]} in patchset.toml; delete this directory"))
     problems += check_overlay_claimed(ps, sources)
     problems += check_requirements(ps, sources)
+    problems += check_map_and_upstream(ps, sources, warn=warn)
     warned: set = set()
     for base in selected:
         pdir = sources.patches_dir / f"v{base}"

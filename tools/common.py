@@ -38,18 +38,64 @@ def progress(msg: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class TestChange:
+    """An upstream test expectation a patch changes on purpose (``[[patch.upstream.test-change]]``)."""
+
+    file: str  # e.g. "test/inductor/test_group_batch_fusion.py"
+    test: str  # e.g. "TestCatLinearFusion.test_cat_linear_rejects_wide_output"
+    assertion: str  # what the test asserted
+    reason: str  # why it changes
+
+
+@dataclasses.dataclass(frozen=True)
+class UpstreamMeta:
+    """``[patch.upstream]``: the PR that ``export-pr`` writes for the patch."""
+
+    repo: str = "pytorch/pytorch"
+    summary: str = ""  # the PR's Summary, for a reviewer (at most SUMMARY_MAX_WORDS words)
+    headline: str = ""  # heading of the patch's headline table in benchmarks/README.md
+    test_plan: tuple[str, ...] = ()  # the exact commands
+    depends_on: tuple[str, ...] = ()  # names of patches whose PR must land first
+    paths: tuple[tuple[str, str], ...] = ()  # tree path -> its path in ``repo`` (another repo than pytorch)
+    modules: tuple[tuple[str, str], ...] = ()  # dotted module name -> its name there
+    test_changes: tuple[TestChange, ...] = ()
+
+
+SUMMARY_MAX_WORDS = 300
+PYTORCH_REPO = "pytorch/pytorch"
+
+
+@dataclasses.dataclass(frozen=True)
 class PatchMeta:
     name: str
     subject: str
     category: str
     upstream_status: str
     bases: tuple[str, ...]
-    overlay: tuple[str, ...]
-    tests: tuple[str, ...]
+    overlay: tuple[str, ...]  # every overlay file, on whichever bases it ships
+    tests: tuple[str, ...]  # every test file, likewise
     last_update: str
     body: str
     # optional, for the Tested-On: trailer: e.g. ["2.13.0+cpu", "2.11.0+cu130 (H100)"]
     tested_on: tuple[str, ...] = ()
+    # overlay/test files that ship on some bases only: (path, bases) ({path = ..., bases = [...]} in the toml)
+    only: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # the map of the feature (README renders it): examples, benchmark harnesses, docs, and the section of
+    # benchmarks/README.md that holds its results
+    examples: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = ()
+    docs: tuple[str, ...] = ()
+    results: str = ""
+    upstream: UpstreamMeta | None = None
+
+    def ships_on(self, path: str, base: str) -> bool:
+        return base in dict(self.only).get(path, (base,))
+
+    def overlay_on(self, base: str) -> tuple[str, ...]:
+        return tuple(o for o in self.overlay if self.ships_on(o, base))
+
+    def tests_on(self, base: str) -> tuple[str, ...]:
+        return tuple(t for t in self.tests if self.ships_on(t, base))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +110,44 @@ class Patchset:
         return [p for p in self.patches if base in p.bases]
 
 
+def _files(entries: list, field: str, where: str) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """``overlay``/``tests`` entries: a path, or ``{path = "...", bases = ["2.11.0"]}`` for a file that ships on
+    those bases only."""
+    paths, only = [], []
+    for e in entries:
+        if isinstance(e, str):
+            paths.append(e)
+        elif isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("bases"), list) and set(e) == {"path", "bases"}:
+            paths.append(e["path"])
+            only.append((e["path"], tuple(e["bases"])))
+        else:
+            raise PatchsetError(where, f"{field} entry {e!r} must be a path or {{path = \"...\", bases = [...]}}")
+    return tuple(paths), tuple(only)
+
+
+def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
+    if d is None:
+        return None
+    known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change"}
+    if unknown := sorted(set(d) - known):
+        raise PatchsetError(where, f"[patch.upstream] has unknown keys {unknown} (known: {sorted(known)})")
+    try:
+        changes = tuple(TestChange(c["file"], c["test"], c["assertion"].strip(), c["reason"].strip())
+                        for c in d.get("test-change", ()))
+    except KeyError as e:
+        raise PatchsetError(where, f"[[patch.upstream.test-change]] lacks field {e}") from e
+    return UpstreamMeta(
+        repo=d.get("repo", PYTORCH_REPO),
+        summary=d.get("summary", "").strip(),
+        headline=d.get("headline", ""),
+        test_plan=tuple(d.get("test-plan", ())),
+        depends_on=tuple(d.get("depends-on", ())),
+        paths=tuple(d.get("paths", {}).items()),
+        modules=tuple(d.get("modules", {}).items()),
+        test_changes=changes,
+    )
+
+
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
     try:
         data = tomllib.loads(path.read_text())
@@ -72,7 +156,10 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
     top = data.get("patchset", {})
     patches = []
     for i, p in enumerate(data.get("patch", [])):
+        where = f"{path} [[patch]] #{i + 1}"
         try:
+            overlay, only_o = _files(p.get("overlay", []), "overlay", where)
+            tests, only_t = _files(p.get("tests", []), "tests", where)
             patches.append(
                 PatchMeta(
                     name=p["name"],
@@ -80,11 +167,17 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
                     category=p["category"],
                     upstream_status=p["upstream-status"],
                     bases=tuple(p["bases"]),
-                    overlay=tuple(p.get("overlay", ())),
-                    tests=tuple(p.get("tests", ())),
+                    overlay=overlay,
+                    tests=tests,
                     last_update=p["last-update"],
                     body=p["body"].strip(),
                     tested_on=tuple(p.get("tested-on", ())),
+                    only=only_o + only_t,
+                    examples=tuple(p.get("examples", ())),
+                    benchmarks=tuple(p.get("benchmarks", ())),
+                    docs=tuple(p.get("docs", ())),
+                    results=p.get("results", ""),
+                    upstream=_upstream(p.get("upstream"), where),
                 )
             )
         except KeyError as e:
@@ -96,6 +189,14 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
         bases=tuple(top["bases"]),
         patches=tuple(patches),
     )
+
+
+def tests_not_on(base: str, path: Path = PATCHSET_TOML) -> list[str]:
+    """Test files that ship only on other bases (a patch not in ``base``'s series, or an entry for other bases
+    only): CMakeLists.txt does not run them on ``base``."""
+    ps = load_patchset(path)
+    ships = {t for p in ps.series(base) for t in p.tests_on(base)}
+    return sorted({t for p in ps.patches for t in p.tests} - ships)
 
 
 def version_key(v: str) -> tuple[int, int, int]:

@@ -1,12 +1,24 @@
-"""``python -m tools export-pr``: one ready-to-propose upstream unit per patch.
+"""``python -m tools export-pr``: one PR per patch, pasteable as is, against the newest base.
 
-For each patch of the base's series (default: the newest base, the closest to upstream ``main``), from the
-committed ``patches/v<base>/<name>.patch`` (the file ``check`` verified):
+For each upstreamable patch of the base's series (default: the newest base, the closest to upstream ``main``), from the
+committed ``patches/v<base>/<name>.patch`` (the file ``check`` verified) and its ``[patch.upstream]`` table:
 
     <out>/repo/               a standalone git clone of the pristine base; branch ``<name>`` holds the patch
-                              alone on top of the base, as one commit without the fork's trailers, by --author
+                              alone on top of the base, as one commit (subject, summary, test plan), by --author
     <out>/<name>/<name>.patch the same commit as a ``git format-patch`` file
-    <out>/<name>/PR.md        title, summary, why, changed files, test plan, measured table (``tools.prmd``)
+    <out>/<name>/PR.md        title, summary, the upstream test expectations it changes, test plan, headline table
+    <out>/<name>/files/       for a patch whose ``repo`` is not pytorch/pytorch (no branch): its files at their
+                              paths in that repository, module names and relative imports rewritten
+
+Upstream test changes travel with the PR: ``hooks/<name>/upstream-tests.diff`` holds the patch's hunks to
+upstream test files (upstream lines only as context). ``--upstream-checkout DIR`` (a PyTorch source checkout)
+takes those test files from DIR, so the branch's parent is the base plus DIR's versions of them, and adds the
+hunks to the commit. Without a checkout, PR.md names each changed test, its assertion and the reason, and
+export says which hunks it could not include.
+
+Nothing is written when a PR would not be pasteable as is: a path that exists only in this repo, a torch
+release older than the base, or fork-internal wording in PR.md, the commit message or an added line of code
+is an error naming the file and line (``tools.prmd``).
 
 ``<out>`` defaults to ``build/export-pr/v<base>/`` and is replaced as a whole on the next export (only if an
 earlier export made it). The author defaults to this checkout's ``git config user.name``/``user.email``.
@@ -19,11 +31,12 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools import fsutil, gitutil
-from tools.common import PatchsetError, add_subcommand, progress, version_key
-from tools.generate import upstream_git_version
-from tools.patchfile import commit_message, patch_date
-from tools.prmd import benchmark_section, pr_markdown
-from tools.sources import Sources, add_repo_root_arg, select_bases, sources_from_args
+from tools.common import PYTORCH_REPO, PatchMeta, PatchsetError, add_subcommand, progress, version_key
+from tools.patchfile import parse_patch, patch_date
+from tools.prmd import (ForkPaths, TestChangeState, added_lines, export_message, has_table, named_section, numbered,
+                        older_releases_re, pasteability_findings, pr_markdown)
+from tools.sources import (UPSTREAM_TESTS, Sources, add_repo_root_arg, require_fresh_series, select_bases,
+                           sources_from_args)
 
 MARKER = ".export-pr"
 _AUTHOR_RE = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
@@ -43,11 +56,86 @@ def default_author(root: Path) -> tuple[str, str]:
     return (got[0], got[1]) if all(got) else gitutil.PATCHSET_AUTHOR
 
 
-def _numstat(repo: Path, a: str, b: str) -> list[tuple[str, str, str, bool]]:
-    env = gitutil.isolated_env()
-    added = set(gitutil.git("diff", "--name-only", "--diff-filter=A", a, b, cwd=repo, env=env).stdout.split())
-    rows = [line.split("\t", 2) for line in gitutil.git("diff", "--numstat", "--no-renames", a, b, cwd=repo, env=env).stdout.splitlines()]
-    return [(x, y, path, path in added) for x, y, path in rows]
+def upstream_tests_diff(sources: Sources, patch: PatchMeta) -> Path:
+    return sources.hooks_dir / patch.name / UPSTREAM_TESTS
+
+
+def upstream_test_files(sources: Sources, patch: PatchMeta) -> list[str]:
+    """The upstream test files ``hooks/<patch>/upstream-tests.diff`` changes (none when there is no such file)."""
+    f = upstream_tests_diff(sources, patch)
+    if not f.is_file():
+        return []
+    files = parse_patch(f).files
+    for fd in files:
+        if fd.kind != "modify" or not fd.path.startswith("test/"):
+            raise PatchsetError(f, f"{fd.path}: an upstream-tests diff only modifies upstream files under test/")
+    return [fd.path for fd in files]
+
+
+def _require_upstream(ps_patch: PatchMeta, where: Path) -> None:
+    up = ps_patch.upstream
+    missing = [k for k, v in (("summary", up and up.summary), ("test-plan", up and up.test_plan),
+                              ("headline", up and up.headline)) if not v]
+    if missing:
+        raise PatchsetError(f"{where} [[patch]] {ps_patch.name!r}",
+                            f"[patch.upstream] lacks {', '.join(missing)}: export-pr writes the PR from these fields")
+
+
+def _context_commit(repo: Path, pristine: str, checkout: Path, files: list[str], env: dict, ienv: dict) -> str:
+    """The base plus the checkout's versions of the upstream test files the PRs change: the parent of every
+    branch, so that each test hunk is a modification of upstream's file."""
+    gitutil.git("read-tree", pristine, cwd=repo, env=ienv)
+    for f in files:
+        src = checkout / f
+        if not src.is_file():
+            raise PatchsetError(src, f"missing: --upstream-checkout {checkout} is not a PyTorch source checkout with {f}")
+        sha = gitutil.git("hash-object", "-w", "--no-filters", src.resolve(), cwd=repo, env=env).stdout.strip()
+        gitutil.git("update-index", "--add", "--cacheinfo", f"100644,{sha},{f}", cwd=repo, env=ienv)
+    tree = gitutil.git("write-tree", cwd=repo, env=ienv).stdout.strip()
+    msg = f"upstream test files from {checkout.name}: {', '.join(files)}\n"
+    return gitutil.git("commit-tree", tree, "-p", pristine, "-F", "-", cwd=repo, env=env, input=msg).stdout.strip()
+
+
+_RELATIVE_IMPORT_RE = re.compile(r"^(\s*from )(\.+)([\w.]*)( import )", re.M)
+
+
+def rewrite_for_repo(text: str, src_path: str, modules: tuple[tuple[str, str], ...]) -> str:
+    """A file moved to another repository: relative imports of a ``torch/`` module become absolute (its package
+    changes), then each module of ``modules`` is renamed, dotted or as ``from <package> import <module>``."""
+    if src_path.startswith("torch/") and src_path.endswith(".py"):
+        package = src_path.removesuffix(".py").split("/")[:-1]
+
+        def absolute(m: re.Match[str]) -> str:
+            up = len(m.group(2)) - 1
+            base = package[: len(package) - up] if up else package
+            return f"{m.group(1)}{'.'.join(base + ([m.group(3)] if m.group(3) else []))}{m.group(4)}"
+
+        text = _RELATIVE_IMPORT_RE.sub(absolute, text)
+    for old, new in modules:
+        o_pkg, _, o_leaf = old.rpartition(".")
+        n_pkg, _, n_leaf = new.rpartition(".")
+        if o_pkg and n_pkg:
+            text = re.sub(rf"\bfrom {re.escape(o_pkg)} import {re.escape(o_leaf)}\b", f"from {n_pkg} import {n_leaf}", text)
+        text = re.sub(rf"(?<![\w])(?<!\w\.){re.escape(old)}(?![\w])", new, text)
+    return text
+
+
+def _change_states(sources: Sources, p: PatchMeta, checkout: Path | None) -> list[TestChangeState]:
+    up = p.upstream
+    assert up is not None
+    stored = set(upstream_test_files(sources, p))
+    out = []
+    for c in up.test_changes:
+        if c.file not in stored:
+            why = f"no hunk stored for {c.file}"
+        elif up.repo != PYTORCH_REPO:
+            why = f"it is a test of pytorch/pytorch, and this PR is for {up.repo}"
+        elif checkout is None:
+            why = "made without a PyTorch checkout"
+        else:
+            why = ""
+        out.append(TestChangeState(c.file, c.test, c.assertion, c.reason, not why, why))
+    return out
 
 
 def export_prs(
@@ -58,24 +146,41 @@ def export_prs(
     cache_dir: Path | None = None,
     patches_dir: Path | None = None,
     author: tuple[str, str] | None = None,
+    upstream_checkout: Path | None = None,
 ) -> Path:
     ps = sources.load()
     base = select_bases(ps, [base])[0] if base else max(ps.bases, key=version_key)
     series = ps.series(base)
-    by_name = {p.name: p for p in series}
+    by_name = {p.name: p for p in ps.patches}
+    proposable = [p for p in series if p.category == "upstreamable"]
     for n in names or ():
-        if n not in by_name:
-            raise PatchsetError(f"--patch {n}", f"no such patch in the {base} series ({', '.join(by_name)})")
-    selected = [by_name[n] for n in dict.fromkeys(names)] if names else series
+        if n not in {p.name for p in proposable}:
+            raise PatchsetError(f"--patch {n}", f"no upstreamable patch of that name in the {base} series "
+                                                f"({', '.join(p.name for p in proposable)})")
+    selected = [by_name[n] for n in dict.fromkeys(names)] if names else proposable
     pdir = (patches_dir or sources.patches_dir) / f"v{base}"
+    if (pdir / "series").is_file():
+        require_fresh_series(pdir, base, sources.patchset_toml)
+    readme = sources.root / "benchmarks" / "README.md"
+    headlines = {}
     for p in selected:
         if not (pdir / f"{p.name}.patch").is_file():
             raise PatchsetError(pdir / f"{p.name}.patch", f"missing; run `python -m tools generate --base {base}` first")
+        _require_upstream(p, sources.patchset_toml)
+        assert p.upstream is not None
+        headlines[p.name] = named_section(readme, p.upstream.headline)
+        if headlines[p.name] is None:
+            raise PatchsetError(readme, f"no heading {p.upstream.headline!r} ([patch.upstream] headline of {p.name})")
+    if upstream_checkout is not None and not upstream_checkout.is_dir():
+        raise PatchsetError(f"--upstream-checkout {upstream_checkout}", "not a directory")
     tree = bases_mod.require_base_tree(base, cache_dir)
     author = author or default_author(sources.root)
+    fork = ForkPaths.of(sources.root)
+    older = older_releases_re(ps.bases, base)
     out = (out or sources.root / "build" / "export-pr" / f"v{base}").resolve()
     if out.exists() and not (out / MARKER).exists() and (not out.is_dir() or any(out.iterdir())):
         raise PatchsetError(out, "exists and was not made by export-pr; choose another --out or remove it")
+    findings: list[str] = []
     with fsutil.replacing_dir(out) as tmp:
         repo = tmp / "repo"
         progress(f"export-pr v{base}: cloning {tree}")
@@ -83,44 +188,125 @@ def export_prs(
         env = gitutil.isolated_env()
         gitutil.git("remote", "remove", "origin", cwd=repo, env=env)
         pristine = gitutil.rev_parse(repo, env=env)
-        git_version = upstream_git_version(repo)
         ienv = gitutil.isolated_env(extra={"GIT_INDEX_FILE": str(tmp / "pr.index")})
+        parent = pristine
+        test_files = sorted({f for p in selected if p.upstream and p.upstream.repo == PYTORCH_REPO
+                             for f in upstream_test_files(sources, p)})
+        if upstream_checkout is not None and test_files:
+            parent = _context_commit(repo, pristine, upstream_checkout.resolve(), test_files, env, ienv)
         for i, p in enumerate(selected, 1):
+            up = p.upstream
+            assert up is not None
             patch_file = (pdir / f"{p.name}.patch").resolve()
-            gitutil.git("read-tree", pristine, cwd=repo, env=ienv)
+            gitutil.git("read-tree", parent, cwd=repo, env=ienv)
             r = gitutil.git("apply", "--cached", patch_file, cwd=repo, env=ienv, check=False)
             if not r.ok:
                 raise PatchsetError(patch_file, f"does not apply alone on pristine torch {base}: {gitutil.apply_failure_text(r.output)}")
-            t = gitutil.git("write-tree", cwd=repo, env=ienv).stdout.strip()
-            penv = gitutil.isolated_env(date=patch_date(p), author=author)
-            commit = gitutil.git("commit-tree", t, "-p", pristine, "-F", "-", cwd=repo, env=penv, input=commit_message(p, base, fork_trailers=False)).stdout.strip()
-            gitutil.git("update-ref", f"refs/heads/{p.name}", commit, cwd=repo, env=env)
+            changes = _change_states(sources, p, upstream_checkout)
+            for f, why in dict.fromkeys((c.file, c.why_not) for c in changes if not c.included):
+                tests = "; ".join(c.test for c in changes if c.file == f)
+                progress(f"export-pr: {p.name}: could not include the change to {f} ({tests}): {why}")
             d = tmp / p.name
             d.mkdir()
-            (d / f"{p.name}.patch").write_bytes(gitutil.format_patch(repo, commit))
-            section = benchmark_section(sources.root / "benchmarks" / "README.md", p)
-            (d / "PR.md").write_text(pr_markdown(p, base, git_version, _numstat(repo, pristine, commit), section))
-            if re.search(r"\bTODO\b", p.body):
-                progress(f"warning: {p.name}: PR.md summary is a TODO; fill in the why in patchset.toml before proposing it")
-            progress(f"export-pr v{base}: [{i}/{len(selected)}] branch {p.name} ({commit[:12]}), {p.name}/PR.md")
+            message = export_message(p)
+            files: list[tuple[str, str]] = []
+            if up.repo == PYTORCH_REPO:
+                if any(c.included for c in changes):
+                    diff = upstream_tests_diff(sources, p).resolve()
+                    r = gitutil.git("apply", "--cached", diff, cwd=repo, env=ienv, check=False)
+                    if not r.ok:
+                        raise PatchsetError(diff, f"does not apply to the test files of {upstream_checkout}: "
+                                                  f"{gitutil.apply_failure_text(r.output)}")
+                t = gitutil.git("write-tree", cwd=repo, env=ienv).stdout.strip()
+                penv = gitutil.isolated_env(date=patch_date(p), author=author)
+                commit = gitutil.git("commit-tree", t, "-p", parent, "-F", "-", cwd=repo, env=penv, input=message).stdout.strip()
+                gitutil.git("update-ref", f"refs/heads/{p.name}", commit, cwd=repo, env=env)
+                (d / f"{p.name}.patch").write_bytes(gitutil.format_patch(repo, commit))
+                added = added_lines(gitutil.git("diff", "--no-renames", parent, commit, cwd=repo, env=env).stdout)
+                what = f"branch {p.name} ({commit[:12]})"
+            else:
+                added = _export_files(repo, ienv, parent, p, d, files)
+                _tidy_imports(d / "files", p)
+                added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
+                what = f"{len(files)} files for {up.repo} in {p.name}/files/"
+            deps = [by_name[n] for n in up.depends_on if n in by_name]
+            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], changes, deps, files)
+            (d / "PR.md").write_text(text)
+            findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
+            findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)
+            for path, lines in added.items():
+                findings += pasteability_findings(f"{p.name}: {path}", lines, fork, older)
+            if not has_table(headlines[p.name] or []):
+                progress(f"warning: {p.name}: the headline section {up.headline!r} of {readme.name} has no table yet")
+            progress(f"export-pr v{base}: [{i}/{len(selected)}] {what}, {p.name}/PR.md")
+        if findings:
+            raise PatchsetError("export-pr", f"{len(findings)} line(s) would not survive a reviewer; nothing was "
+                                "written:\n  " + "\n  ".join(findings))
         (tmp / MARKER).write_text(f"exported by python -m tools export-pr from {pdir}\n")
         (tmp / "pr.index").unlink(missing_ok=True)
+    progress(f"export-pr: made against torch {base}; rebase each branch onto upstream main before opening its PR")
     return out
+
+
+def _export_files(repo: Path, ienv: dict, parent: str, p: PatchMeta, d: Path, files: list[tuple[str, str]]) -> dict[str, list[tuple[int, str]]]:
+    """A patch for another repository: its files at their paths there (``[patch.upstream] paths``), rewritten
+    (``rewrite_for_repo``). Only patches that add files can go elsewhere: a hook belongs to PyTorch."""
+    up = p.upstream
+    assert up is not None
+    changed = gitutil.git("diff", "--cached", "--name-status", "--no-renames", parent, cwd=repo, env=ienv).stdout.split("\n")
+    mapping = dict(up.paths)
+    added: dict[str, list[tuple[int, str]]] = {}
+    for line in filter(None, changed):
+        status, path = line.split("\t", 1)
+        if status != "A":
+            raise PatchsetError(f"[patch.upstream] of {p.name}", f"{path} is an upstream PyTorch file; a PR for {up.repo} can only add files")
+        target = mapping[path]
+        text = gitutil.git("show", f":{path}", cwd=repo, env=ienv).stdout
+        text = rewrite_for_repo(text, path, up.modules)
+        dest = d / "files" / target
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+        files.append((target, "test" if path.startswith("test/") else "module"))
+        added[target] = numbered(text)
+    return added
+
+
+def _tidy_imports(root: Path, p: PatchMeta) -> None:
+    """Files moved to another repository have new absolute imports: sort them and format the files (ruff's
+    isort rules and formatter, defaults, run in the files' root so that their package is first-party), when
+    ruff is installed (requirements-dev.txt pins it); otherwise say that it is left to do."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ruff") is None:
+        progress(f"warning: {p.name}: ruff is not installed: sort the imports of {root} (ruff check --select I --fix; "
+                 "ruff format) before proposing it")
+        return
+    for cmd in (["check", "--isolated", "--select", "I", "--fix", "--quiet", "."], ["format", "--isolated", "--quiet", "."]):
+        r = subprocess.run([sys.executable, "-m", "ruff", *cmd], cwd=root, capture_output=True, text=True)
+        if r.returncode:
+            raise PatchsetError(root, f"ruff {cmd[0]} failed: {(r.stdout + r.stderr).strip()}")
 
 
 def _cmd_export_pr(args) -> int:
     sources = sources_from_args(args)
     author = parse_author(args.author) if args.author else None
-    out = export_prs(sources, args.base, Path(args.out) if args.out else None, args.patch, author=author)
+    checkout = Path(args.upstream_checkout) if args.upstream_checkout else None
+    out = export_prs(sources, args.base, Path(args.out) if args.out else None, args.patch, author=author,
+                     upstream_checkout=checkout)
     print(out)
     print(f"branches are in {out / 'repo'}: git -C {out / 'repo'} push <your-fork> <patch-name>")
     return 0
 
 
 def register(subparsers) -> None:
-    p = add_subcommand(subparsers, "export-pr", "one upstream PR unit (branch, .patch, PR.md) per patch", __doc__, _cmd_export_pr)
+    p = add_subcommand(subparsers, "export-pr", "one upstream PR (branch, .patch, PR.md) per patch", __doc__, _cmd_export_pr)
     p.add_argument("--base", metavar="X.Y.Z", help="base to export from (default: the newest base)")
     p.add_argument("--out", metavar="DIR", help="output directory (default: build/export-pr/v<base>/)")
     p.add_argument("--patch", action="append", metavar="NAME", help="only this patch (repeatable)")
     p.add_argument("--author", metavar="'NAME <EMAIL>'", help="author and committer of the PR commits (default: git config user.name/user.email)")
+    p.add_argument("--upstream-checkout", metavar="DIR",
+                   help="a PyTorch source checkout: the upstream test files the patches change are taken from it and "
+                        "their hunks (hooks/<patch>/upstream-tests.diff) added to the PRs")
     add_repo_root_arg(p)

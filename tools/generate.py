@@ -2,7 +2,8 @@
 
 For each base: a scratch clone of the pristine tree; for each patch of ``patchset.toml`` (table order) that
 lists the base: ``git apply`` its hook diff (no fuzz, offsets ok): ``hooks/<name>/v<base>.diff`` if that override
-exists, else the shared ``hooks/<name>/hook.diff``; add its overlay files (``torch_overlay/<path>`` -> ``<path>``) and its test files, and commit with a fixed author, the
+exists, else the shared ``hooks/<name>/hook.diff``; add its overlay files (``torch_overlay/<path>`` -> ``<path>``) and its test files
+that ship on the base (an entry ``{path = ..., bases = [...]}`` ships on those bases only), and commit with a fixed author, the
 patch's ``last-update`` as date and a message built from the metadata. Then ``git format-patch`` with
 Electron's deterministic flags into ``patches/v<base>/<name>.patch`` and a ``series`` file (which records a
 digest of the sources, so that ``install`` refuses a stale series). Everything is built in temp dirs first;
@@ -148,7 +149,7 @@ def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: P
             warn(f"warning: {sources.rel(sources.hooks_dir / patch.name)}/: no hook diff for {patch.name} on {base} (neither "
                  f"{SHARED_HOOK} nor {sources.override_hook(patch, base).name} nor an override it inherits); the patch only "
                  "adds its new files")
-        pairs = [(sources.overlay_file(o), o) for o in patch.overlay] + [(sources.test_file(t), t) for t in patch.tests]
+        pairs = [(sources.overlay_file(o), o) for o in patch.overlay_on(base)] + [(sources.test_file(t), t) for t in patch.tests_on(base)]
         _add_files(repo, env, patch, base, pairs, owners)
         tree = gitutil.git("write-tree", cwd=repo, env=env).stdout.strip()
         penv = gitutil.isolated_env(date=patch_date(patch))

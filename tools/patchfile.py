@@ -64,8 +64,8 @@ def commit_message(patch: PatchMeta, base: str, *, fork_trailers: bool = True) -
         f"Upstream-Status: {patch.upstream_status}",
         f"Affects: torch=={base}",
         f"Tested-On: {tested_on(patch, base)}",
-        *(f"Overlay: {o}" for o in patch.overlay or ("none",)),
-        *(f"Test: {t}" for t in patch.tests),
+        *(f"Overlay: {o}" for o in patch.overlay_on(base) or ("none",)),
+        *(f"Test: {t}" for t in patch.tests_on(base)),
         f"Last-Update: {patch.last_update}",
     ]
     return msg + "\n" + "\n".join(t) + "\n"

@@ -1,144 +1,205 @@
-"""The text of an exported PR (``PR.md``): what a person pastes into a PyTorch pull request.
+"""The text of an exported PR (``PR.md``) and the checks that make it pasteable as is.
 
-Title, summary (what the patch adds), why (the problem), the files it changes, the test plan and the measured
-table, in at most about 150 lines. It is built from the patch's ``patchset.toml`` body and the patch's section
-of ``benchmarks/README.md``; sentences that point into the fork (raw result files, ``shared/``, the fork's own
-tools) and subsections about earlier versions of the patch are left out, since a reviewer cannot follow them.
+``PR.md`` is built from the patch's ``[patch.upstream]`` table in ``patchset.toml``, never cut from other text:
+the title (the patch's subject), ``summary`` (at most 300 words, written for a reviewer), the upstream test
+expectations the patch changes (``[[patch.upstream.test-change]]``: test, assertion, reason, and whether the
+hunk is in the PR), ``test-plan`` (the exact commands) and the headline table: the section of
+``benchmarks/README.md`` whose heading is ``headline``, chosen by name.
+
+``pasteability_findings`` is what ``export-pr`` refuses to write: a path that exists only in this repo (its
+benchmarks, examples, hooks, tools, docs ...), a torch release older than the one the PR is made against, or
+fork-internal words, in the PR text, the commit message or an added line of the code.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from pathlib import Path
 
-from tools.common import PatchMeta
+from tools.common import PYTORCH_REPO, PatchMeta, version_key
 
-# what only exists in this fork: its benchmarks/ and raw results, the shared scratch area, paths outside the
-# repo, the fork's CLI, earlier versions of the patch
-FORK_ONLY_RE = re.compile(r"\bbenchmarks/|\bresults/|\bshared/|\.\./|\$OUT\b|-m tools\b|\bprevious (?:series|session)\b")
-# fork references a reviewer can still read, said without the path
-_REWORDS = ((re.compile(r"\bbenchmarks/README\.md\b"), "the Measured section"),
-            (re.compile(r"`benchmarks/([\w.-]+\.py)`"), r"the `\1` harness"),
-            (re.compile(r"`(python3? )benchmarks/([^`]*)`"), r"`\1\2`"),
-            (re.compile(r" installed with `python3? -m tools [^`]*`"), " installed"),
-            (re.compile(r"(^|\.\*{0,2} )the `"), r"\1The `"))
-HISTORY_HEADING_RE = re.compile(r"previous series|\bhistory\b|\bbefore the\b", re.I)
-MAX_TABLE_ROWS = 16
+# Files whose bare name says nothing about this repo (upstream has files of the same name everywhere).
+_GENERIC_NAMES = {"README.md", "__init__.py", "conftest.py", "CMakeLists.txt", "setup.py", "run", "series", ".gitignore"}
+# Directories that are never part of the patch set's sources.
+_SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+# Words that only make sense inside this repo.
+FORK_WORDS_RE = re.compile(r"\b(?:fork|forks|patch ?set|backport(?:ed|s)?|our series|dev machine)\b", re.I)
+_PATH_TOKEN_RE = re.compile(r"(?<![\w./-])(?:\./)?([\w.-]+(?:/[\w.-]+)+/?)")
 
 
-def heading_key(text: str) -> str:
-    """Words only, lower case, joined by '-': 'micro_pipeline_tp slice/cat' and 'Micro-pipeline TP: slice-cat'
-    both give 'micro-pipeline-tp-slice-cat'; markdown code ticks and punctuation do not matter."""
-    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
+@dataclasses.dataclass(frozen=True)
+class ForkPaths:
+    """What exists only in this repo: every path outside ``torch/`` and ``test/`` (and under ``torch_overlay/``),
+    and the distinctive file names among them."""
+
+    paths: frozenset[str]
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, root: Path) -> ForkPaths:
+        paths, names = set(), set()
+        for d, dirs, files in os.walk(root):
+            rel = Path(d).relative_to(root)
+            dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(".venv")
+                       and (rel.parts or x not in {"torch", "test"})]
+            paths.update((rel / x).as_posix() for x in dirs)
+            for f in files:
+                if rel.parts or f not in {"torch", "test"}:
+                    paths.add((rel / f).as_posix())
+                    if f not in _GENERIC_NAMES and "." in f.strip("."):
+                        names.add(f)
+        # a name the PR's own files have (a module and its example can share one) refers to the module
+        shipped = {f.name for top in ("torch_overlay", "test") for f in (root / top).rglob("*") if f.is_file()}
+        return cls(frozenset(paths), frozenset(names - shipped))
+
+    def findings(self, line: str) -> list[str]:
+        out = []
+        for m in _PATH_TOKEN_RE.finditer(line):
+            token = m.group(1).rstrip(".,:;)").rstrip("/")
+            if token in self.paths or token.split("/", 1)[0] in {"torch_overlay", "shared"}:
+                out.append(f"`{token}` exists only in this repo")
+        for name in self.names:
+            if re.search(rf"(?<![\w/.-]){re.escape(name)}(?![\w/-]|\.\w)", line):
+                out.append(f"`{name}` is a file of this repo only")
+        return out
 
 
-def benchmark_section(readme: Path, patch: PatchMeta) -> str | None:
-    """The first section of benchmarks/README.md whose heading names the patch or one of its overlay modules.
-    Names match whole words in any spelling (``_``, ``-``, spaces, ``/``): see ``heading_key``."""
-    if not readme.is_file():
+def older_releases_re(bases: tuple[str, ...], base: str) -> re.Pattern[str] | None:
+    """Mentions of the bases older than ``base`` ("2.11", "2.11.0", "2.13+"): text for a series, not for a PR
+    made against ``base``."""
+    older = sorted({".".join(b.split(".")[:2]) for b in bases if version_key(b) < version_key(base)})
+    if not older:
         return None
-    keys = {patch.name, patch.name.removeprefix("inductor-")} | {Path(o).stem for o in patch.overlay}
-    keys = {heading_key(k) for k in keys} - {""}
-    lines = readme.read_text().splitlines()
-    start = level = None
-    in_code = False
-    for i, line in enumerate(lines):
-        if line.startswith("```"):
-            in_code = not in_code
-        m = None if in_code else re.match(r"^(#{1,6})\s+(.*)$", line)
-        if not m:
-            continue
-        if start is None:
-            if any(f"-{k}-" in f"-{heading_key(m.group(2))}-" for k in keys):
-                start, level = i, len(m.group(1))
-        elif len(m.group(1)) <= level:
-            return "\n".join(lines[start + 1 : i]).strip() or None
-    if start is None:
-        return None
-    return "\n".join(lines[start + 1 :]).strip() or None
+    return re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(v) for v in older) + r")(?:\.\d+)?(?![\d])")
 
 
-def blocks(text: str) -> list[tuple[str, list[str]]]:
-    """Markdown split into ("heading" | "table" | "code" | "para", lines) blocks; a list item is its own para."""
-    out: list[tuple[str, list[str]]] = []
-    fenced = False
-    for line in text.splitlines():
-        kind = ("code" if fenced or line.startswith(("```", "    ")) else "heading" if line.startswith("#")
-                else "table" if line.startswith("|") else "blank" if not line.strip() else "para")
-        if line.startswith("```"):
-            fenced = not fenced
-        new = kind in ("heading", "blank") or (kind == "para" and line.lstrip().startswith(("- ", "* ")))
-        if kind != "blank" and (new or not out or out[-1][0] != kind):
-            out.append((kind, [line]))
-        elif kind != "blank":
-            out[-1][1].append(line)
-        elif out and out[-1][0] != "blank":
-            out.append(("blank", []))
-    return [b for b in out if b[0] != "blank"]
-
-
-def sanitize(para: str) -> str:
-    """One paragraph as one line, without the parentheses and sentences that point into the fork."""
-    text = " ".join(line.strip() for line in para.splitlines())
-    for pattern, words in _REWORDS:
-        text = pattern.sub(words, text)
-    text = re.sub(r"\s*\([^()]*\)", lambda m: "" if FORK_ONLY_RE.search(m.group(0)) else m.group(0), text)
-    sentences = re.split(r"(?<=[.;])\s+(?=[A-Z`*(])", text)
-    return " ".join(s for s in sentences if not FORK_ONLY_RE.search(s)).strip()
-
-
-def measured(section: str | None) -> list[str]:
-    """The setup paragraph, the caption and the first table of the section (history subsections skipped)."""
-    if not section:
-        return []
-    kept, skip_level = [], None
-    for kind, lines in blocks(section):
-        if kind == "heading":
-            level = len(lines[0]) - len(lines[0].lstrip("#"))
-            if skip_level is not None and level <= skip_level:
-                skip_level = None
-            if HISTORY_HEADING_RE.search(lines[0]):
-                skip_level = level
-        elif skip_level is None:
-            kept.append((kind, lines))
-    table = next((i for i, (k, _) in enumerate(kept) if k == "table"), None)
-    paras = [i for i, (k, _) in enumerate(kept) if k == "para" and (table is None or i < table)]
-    # the setup (first paragraph), the machine, and the caption (the paragraph right above the table)
-    chosen = paras[:1] + [i for i in paras[1:] if kept[i][1][0].startswith("Machine")] + paras[-1:]
+def pasteability_findings(where: str, lines: list[tuple[int, str]], fork: ForkPaths,
+                          old: re.Pattern[str] | None) -> list[str]:
+    """``<where>:<line>: <why>`` for each line that would not survive a reviewer."""
     out = []
-    for i in dict.fromkeys(chosen):
-        if text := sanitize("\n".join(kept[i][1])):
-            out += [text, ""]
-    if table is not None:
-        rows = [r for r in kept[table][1] if not FORK_ONLY_RE.search(r)]
-        out += rows[: MAX_TABLE_ROWS + 2]
-        if len(rows) > MAX_TABLE_ROWS + 2:
-            out.append(f"\n({len(rows) - MAX_TABLE_ROWS - 2} more rows not shown)")
+    for n, line in lines:
+        whys = fork.findings(line)
+        if old is not None and (m := old.search(line)):
+            whys.append(f"names torch {m.group(0)}, older than the release the PR is made against")
+        if m := FORK_WORDS_RE.search(line):
+            whys.append(f"fork-internal wording {m.group(0)!r}")
+        out += [f"{where}:{n}: {why}: {line.strip()[:100]}" for why in whys]
     return out
 
 
-def _summary_and_why(body: str) -> tuple[list[str], list[str]]:
-    """The body's paragraphs from the first 'This ...' one on are the summary, the ones before it the why."""
-    paras = [sanitize(p) for p in body.strip().split("\n\n")]
-    paras = [p for p in paras if p]
-    first = next((i for i, p in enumerate(paras) if re.match(r"^This (adds|patch|change)\b", p)), 0)
-    return paras[first:] or paras, paras[:first]
+def added_lines(diff: str) -> dict[str, list[tuple[int, str]]]:
+    """The lines a unified diff adds, per file, with their line numbers in the new file."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    path, n = None, 0
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:].removeprefix("b/") if line[4:] != "/dev/null" else None
+        elif m := re.match(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", line):
+            n = int(m.group(1))
+        elif path is not None and line.startswith("+"):
+            out.setdefault(path, []).append((n, line[1:]))
+            n += 1
+        elif path is not None and line.startswith(" "):
+            n += 1
+    return out
 
 
-def test_commands(patch: PatchMeta) -> list[str]:
-    return [f"python {t}" for t in patch.tests if t.endswith(".py")]
+def numbered(text: str) -> list[tuple[int, str]]:
+    return list(enumerate(text.splitlines(), 1))
 
 
-def pr_markdown(patch: PatchMeta, base: str, git_version: str, numstat: list[tuple[str, str, str, bool]], section: str | None) -> str:
-    summary, why = _summary_and_why(patch.body)
-    out = [f"# {patch.subject}", "", "## Summary", ""]
-    out += [x for p in summary for x in (p, "")]
-    if why:
-        out += ["## Why", ""] + [x for p in why for x in (p, "")]
-    out += ["## Changes", ""]
-    out += [f"- `{path}` ({'new, ' if new else ''}+{added} -{deleted})" for added, deleted, path, new in numstat]
-    out += ["", "## Test plan", "", "```", *test_commands(patch), "```", "", "## Measured", ""]
-    out += measured(section) or ["None yet: no measurements for this change."]
-    out += ["", "## Notes", "",
-            f"- Made against torch {base} (upstream commit `{git_version}`); rebase onto `main` before opening the PR.", ""]
-    return "\n".join(out)
+def named_section(readme: Path, heading: str) -> list[str] | None:
+    """The lines under the markdown heading whose text is ``heading`` (up to the next heading of the same or a
+    higher level), outside code fences; None when there is no such heading."""
+    if not readme.is_file():
+        return None
+    lines = readme.read_text().splitlines()
+    start = level = None
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"^(#{1,6})\s+(.*?)\s*$", line)
+        if not m:
+            continue
+        if start is None:
+            if m.group(2) == heading:
+                start, level = i + 1, len(m.group(1))
+        elif len(m.group(1)) <= level:
+            return _trim(lines[start:i])
+    return None if start is None else _trim(lines[start:])
+
+
+def _trim(lines: list[str]) -> list[str]:
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def has_table(lines: list[str]) -> bool:
+    return any(line.startswith("|") for line in lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class TestChangeState:
+    """One ``[[patch.upstream.test-change]]`` and whether its hunk is in the exported PR."""
+
+    file: str
+    test: str
+    assertion: str
+    reason: str
+    included: bool
+    why_not: str = ""
+
+
+def unwrap(text: str) -> str:
+    """Paragraphs and list items on one line each (GitHub shows every newline of a PR description as a break);
+    table rows and code blocks stay as they are."""
+    out: list[str] = []
+    for para in text.strip().split("\n\n"):
+        items: list[str] = []
+        fenced = False
+        for line in para.splitlines():
+            keep = fenced or line.startswith(("|", "```")) or (items and items[-1].startswith("|"))
+            if line.startswith("```"):
+                fenced = not fenced
+            if keep or not items or line.lstrip().startswith(("- ", "* ")):
+                items.append(line.rstrip())
+            else:
+                items[-1] += " " + line.strip()
+        out.append("\n".join(items))
+    return "\n\n".join(out)
+
+
+def export_message(patch: PatchMeta) -> str:
+    """The commit message of the exported PR: the subject, the summary and the test plan."""
+    up = patch.upstream
+    assert up is not None
+    plan = "\n".join(up.test_plan)
+    return f"{patch.subject}\n\n{up.summary}\n\nTest Plan:\n{plan}\n"
+
+
+def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeState],
+                depends_on: list[PatchMeta], files: list[tuple[str, str]]) -> str:
+    """``files``: (path in the target repo, what it is), listed for a PR to another repository than PyTorch."""
+    up = patch.upstream
+    assert up is not None
+    out = [f"# {patch.subject}", "", "## Summary", "", unwrap(up.summary), ""]
+    for dep in depends_on:
+        repo = dep.upstream.repo if dep.upstream else PYTORCH_REPO
+        out += [f"Depends on the {repo} PR \"{dep.subject}\".", ""]
+    if up.repo != PYTORCH_REPO:
+        out += [f"For {up.repo}:", ""] + [f"- `{path}`: {what}" for path, what in files] + [""]
+    if changes:
+        out += ["This PR changes upstream test expectations on purpose:", ""]
+        for c in changes:
+            state = "changed in this PR" if c.included else f"**not in this PR yet**: {c.why_not}"
+            out.append(f"- `{c.file}` `{c.test}` ({state}): {c.assertion} {c.reason}")
+        out.append("")
+    out += ["## Test Plan", "", "```", *up.test_plan, "```", "", "## Measured", ""]
+    out += [unwrap("\n".join(headline))] if headline else ["Pending."]
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -16,13 +16,15 @@ import hashlib
 import re
 from pathlib import Path
 
-from tools.common import REPO_ROOT, Patchset, PatchMeta, PatchsetError, load_patchset, version_key
+from tools.common import (PYTORCH_REPO, REPO_ROOT, SUMMARY_MAX_WORDS, Patchset, PatchMeta, PatchsetError, load_patchset,
+                          version_key)
 from tools.patchfile import CATEGORIES, DATE_RE, SUBJECT_PREFIX, UPSTREAM_STATUS_FORMS, UPSTREAM_STATUS_RE
 from tools.seriesfile import recorded_sources_digest
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 FIX_COMMAND = "python -m tools generate"
 SHARED_HOOK = "hook.diff"  # hooks/<patch>/hook.diff: the hook of every base without its own v<base>.diff
+UPSTREAM_TESTS = "upstream-tests.diff"  # hooks/<patch>/upstream-tests.diff: hunks to upstream tests (export-pr)
 OVERRIDE_RE = re.compile(r"^v(\d+\.\d+\.\d+)\.diff$")
 
 
@@ -164,18 +166,58 @@ def validate_metadata(ps: Patchset, where: Path) -> None:
         for path, top in [*((o, "torch/") for o in p.overlay), *((t, "test/") for t in p.tests)]:
             if not path.startswith(top):
                 raise PatchsetError(w, f"{'overlay' if top == 'torch/' else 'test'} path {path!r} must start with {top}")
+        for path, only in p.only:
+            if not only or not set(only) <= set(p.bases):
+                raise PatchsetError(w, f"{path}: bases {list(only)} must be a non-empty subset of the patch's bases {list(p.bases)}")
+        if len({path for path, _ in p.only}) != len(p.only) or len(set(p.overlay)) != len(p.overlay) or len(set(p.tests)) != len(p.tests):
+            raise PatchsetError(w, "a file is listed twice in overlay/tests")
+        for path in (*p.examples, *p.benchmarks, *p.docs):
+            if path.startswith("/") or ".." in Path(path).parts:
+                raise PatchsetError(w, f"path {path!r} must be relative to the repo root")
+        if p.upstream is not None:
+            validate_upstream(p, w)
+
+
+def summary_words(text: str) -> int:
+    return len(text.split())
+
+
+def validate_upstream(p: PatchMeta, w: str) -> None:
+    """``[patch.upstream]``: what ``export-pr`` needs to write a PR that is pasted as is."""
+    up = p.upstream
+    assert up is not None
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", up.repo):
+        raise PatchsetError(w, f"[patch.upstream] repo {up.repo!r} is not 'owner/name'")
+    if (n := summary_words(up.summary)) > SUMMARY_MAX_WORDS:
+        raise PatchsetError(w, f"[patch.upstream] summary has {n} words; a reviewer gets at most {SUMMARY_MAX_WORDS}")
+    if re.search(r"^---\s*$|^diff --git |^Index: ", up.summary, re.M):
+        raise PatchsetError(w, "[patch.upstream] summary contains a line git would take for the start of the diff")
+    files = set(p.overlay) | set(p.tests)
+    for src, _ in up.paths:
+        if src not in files:
+            raise PatchsetError(w, f"[patch.upstream] paths: {src!r} is not an overlay or test file of the patch")
+    if up.repo != PYTORCH_REPO and set(dict(up.paths)) != files:
+        missing = sorted(files - set(dict(up.paths)))
+        raise PatchsetError(w, f"[patch.upstream] repo is {up.repo}: paths must give each file's path there (missing: {missing})")
+    for c in up.test_changes:
+        if not c.file.startswith("test/") or not c.test or not c.assertion or not c.reason:
+            raise PatchsetError(w, f"[[patch.upstream.test-change]] {c.file!r}: needs a test/ file, test, assertion and reason")
 
 
 def sources_digest(ps: Patchset, sources: Sources, base: str) -> str:
-    """sha256 over everything ``generate`` reads for ``base``: each patch's metadata, the name and content of the
+    """sha256 over everything ``generate`` reads for ``base``: each patch's metadata (not its map or upstream PR
+    fields), the name and content of the
     hook it uses there (override or shared), overlay and test files (a missing one counts as missing). So an edit
     of the shared hook changes the digest of every base without an override, and adding or removing an override
     changes its base's. Cheap: a handful of small files."""
     h = hashlib.sha256()
     for p in ps.series(base):
-        h.update(repr(p).encode() + b"\0")
+        # what the series is made from on this base (the map and [patch.upstream] are not)
+        made_from = (p.name, p.subject, p.category, p.upstream_status, p.bases, p.overlay_on(base), p.tests_on(base),
+                     p.last_update, p.body, p.tested_on)
+        h.update(repr(made_from).encode() + b"\0")
         hook = sources.hook_diff(p, base, ps) or sources.override_hook(p, base)  # which file counts: its name is hashed
-        files = [hook] + [sources.overlay_file(o) for o in p.overlay] + [sources.test_file(t) for t in p.tests]
+        files = [hook] + [sources.overlay_file(o) for o in p.overlay_on(base)] + [sources.test_file(t) for t in p.tests_on(base)]
         for f in files:
             h.update(str(sources.rel(f)).encode() + b"\0")
             h.update(hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"missing")
@@ -224,6 +266,7 @@ def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
     every base overrides, stray file)."""
     by_name = {p.name: p for p in ps.patches}
     wanted = {f for p in ps.patches for b in p.bases if (f := sources.hook_diff(p, b, ps)) is not None}
+    wanted |= {sources.hooks_dir / p.name / UPSTREAM_TESTS for p in ps.patches}
     out = []
     if sources.hooks_dir.is_dir():
         for f in sorted(sources.hooks_dir.rglob("*")):
@@ -239,7 +282,7 @@ def orphan_hook_files(ps: Patchset, sources: Sources) -> list[tuple[Path, str]]:
             elif f.name == SHARED_HOOK and len(rel.parts) == 2:
                 why = f"every base of {patch.name} has its own v<base>.diff override, so the shared hook is never used"
             else:
-                why = f"not a hooks/<patch-name>/{SHARED_HOOK} or hooks/<patch-name>/v<base>.diff file"
+                why = f"not a hooks/<patch-name>/{SHARED_HOOK}, v<base>.diff or {UPSTREAM_TESTS} file"
             out.append((f, why))
     return out
 

@@ -15,7 +15,7 @@ views, slices, transposes), in-place ops on a part or on the cat before or
 after the cat/linear, other users of a part or of the cat, and dynamic
 leading sizes.
 
-The seed is fixed (derandomized); PATCHSET_FUZZ_LONG=1 runs 10x as many
+The seed is fixed (derandomized); INDUCTOR_FUZZ_LONG=1 runs 10x as many
 cases.
 """
 
@@ -42,8 +42,8 @@ try:
 except ImportError:  # pragma: no cover
     HAS_HYPOTHESIS = False
 
-# CI: 30 s per file and base on 2 cores; PATCHSET_FUZZ_LONG=1: 10x the cases.
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+# A fixed seed; INDUCTOR_FUZZ_LONG=1 runs 10x the cases.
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 SCALE = 10 if LONG else 1
 
 TOL = {
@@ -403,10 +403,10 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
                 )
             )
 
-    # Found by this fuzzer on 2.11 (PATCHSET_FUZZ_LONG=1): a 3-D site with a
-    # dynamic leading dim; the rewrite computed the new nodes' fake values
-    # outside the graph's fake mode, where 2.11's matmul cannot take symbolic
-    # sizes ("Cannot call numel() on tensor with symbolic sizes/strides").
+    # Found by this fuzzer: a 3-D site with a dynamic leading dim; the rewrite
+    # computed the new nodes' fake values outside the graph's fake mode, where
+    # matmul may not take symbolic sizes ("Cannot call numel() on tensor with
+    # symbolic sizes/strides").
     def test_cat_linear_fused_dynamic_3d_fake_values(self):
         for force in ("view", "mm"):
             self.run_case(

@@ -17,7 +17,7 @@ After every step the registry must agree with the model:
   ones never do, and a pass without uuid() makes the compile bypass the cache.
 
 A second test runs real compiles and checks that the passes run in the
-listed order.  The seed is fixed; PATCHSET_FUZZ_LONG=1 runs 10x as many cases.
+listed order.  The seed is fixed; INDUCTOR_FUZZ_LONG=1 runs 10x as many cases.
 """
 
 import contextlib
@@ -41,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover
     HAS_HYPOTHESIS = False
 
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 SCALE = 10 if LONG else 1
 
 STAGES = ("post_grad_custom_pre_pass", "post_grad_custom_post_pass")
@@ -190,7 +190,9 @@ class CustomPassRegistryFuzzTest(TestCase):
             scopes = []
             cleanup.callback(lambda: [s.close() for s in reversed(scopes)])
             saved = {s: getattr(inductor_config, s) for s in STAGES}
-            cleanup.callback(lambda: [setattr(inductor_config, s, v) for s, v in saved.items()])
+            cleanup.callback(
+                lambda: [setattr(inductor_config, s, v) for s, v in saved.items()]
+            )
             cleanup.callback(lambda: [h.remove() for h, _ in handles])
             for step, o in enumerate(program):
                 kind = o[0]
@@ -200,7 +202,9 @@ class CustomPassRegistryFuzzTest(TestCase):
                     p = passes[tag] = make_pass(tag, version)
                     expect_ok = model.can_register(stage, name, _t(before), _t(after))
                     try:
-                        h = cpr.register_custom_pass(stage, p, name=name, before=before, after=after)
+                        h = cpr.register_custom_pass(
+                            stage, p, name=name, before=before, after=after
+                        )
                     except ValueError:
                         self.assertFalse(expect_ok, f"step {step}: {o}")
                     else:
@@ -251,14 +255,18 @@ class CustomPassRegistryFuzzTest(TestCase):
             self.assertEqual({i.source for i in registered} - {"registry"}, set())
             order = [i.name for i in registered]
             entries = model.entries[stage]
-            self.assertEqual(sorted(order), sorted(e.name for e in entries), f"step {step}")
+            self.assertEqual(
+                sorted(order), sorted(e.name for e in entries), f"step {step}"
+            )
             by_name = {e.name: e for e in entries}
             self.assertEqual(
                 [i.custom_pass.tag for i in registered], [by_name[n].tag for n in order]
             )
             pos = {name: i for i, name in enumerate(order)}
             for a, b in _edges(entries):
-                self.assertLess(pos[a], pos[b], f"step {step}: {a} before {b} in {order}")
+                self.assertLess(
+                    pos[a], pos[b], f"step {step}: {a} before {b} in {order}"
+                )
             touched = {x for edge in _edges(entries) for x in edge}
             free = [e.name for e in entries if e.name not in touched]
             self.assertEqual([x for x in order if x in free], free, f"step {step}")
@@ -277,15 +285,23 @@ class CustomPassRegistryFuzzTest(TestCase):
         self.assertEqual(reason is not None, no_uuid, f"step {step}: {reason}")
         if not no_uuid:
             details = cpr.custom_pass_cache_details(include_pre_grad=True)
-            self.assertEqual(details, cpr.custom_pass_cache_details(include_pre_grad=True))
+            self.assertEqual(
+                details, cpr.custom_pass_cache_details(include_pre_grad=True)
+            )
             key = pickle.dumps(details)
             # the pass lists as run, by what identifies a pass to the cache
-            lists = tuple((s, tuple((n, u) for n, _, u in items)) for s, items in signature)
+            lists = tuple(
+                (s, tuple((n, u) for n, _, u in items)) for s, items in signature
+            )
             if key in keys:
-                self.assertEqual(keys[key], lists, f"step {step}: two pass lists, one key")
+                self.assertEqual(
+                    keys[key], lists, f"step {step}: two pass lists, one key"
+                )
             keys[key] = lists
             inverse = {v: k for k, v in keys.items()}
-            self.assertEqual(inverse[lists], key, f"step {step}: one pass list, two keys")
+            self.assertEqual(
+                inverse[lists], key, f"step {step}: one pass list, two keys"
+            )
 
     @fuzz_settings(150 * SCALE)
     @given(program=ops)

@@ -367,7 +367,7 @@ class Da8w4ConcatLinearTest(TestCase):
     def test_da8w4_concat_linear_copy_cost_gate(self):
         # Returned QKV outputs must be copied out of the fused buffer when M > 1.
         # Small M: the copies are cheaper than the saved calls, fuse.  Larger M:
-        # they cost more (measured: QKV M=512 3% slower fused), keep the calls.
+        # they cost more than the calls they save, keep the calls.
         from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
         torch.manual_seed(0)
@@ -393,9 +393,8 @@ class Da8w4ConcatLinearTest(TestCase):
         self.common(mod, (torch.randn(rows, 64),), expected_calls=1, expected_fusions=1)
 
     def test_da8w4_concat_linear_copy_cost_gate_threads(self):
-        # A saved call is worth more copy bytes with more threads (measured at 16
-        # threads on an AMX Xeon): an M the gate declines at 2 threads fuses at 16,
-        # up to the budget grown by 16 / 2.
+        # A saved call is worth more copy bytes with more threads: an M the gate
+        # declines at 2 threads fuses at 16, up to the budget grown by 16 / 2.
         from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
         torch.manual_seed(0)
@@ -430,9 +429,9 @@ class Da8w4ConcatLinearTest(TestCase):
     @parametrize("threads", [2, 16])
     def test_da8w4_concat_linear_large_m(self, threads):
         # Outputs read in place (gate/up into a pointwise consumer) cost no copy,
-        # but from MAX_FUSED_ROWS rows the saved calls are noise against the work
-        # (measured slower fused at 16 threads): the group is left alone, at any
-        # thread count, also when the rows come from two leading dims.
+        # but from MAX_FUSED_ROWS rows the saved calls are noise against the
+        # work: the group is left alone, at any thread count, also when the rows
+        # come from two leading dims.
         from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
         class GateUp(Da8w4Linears):

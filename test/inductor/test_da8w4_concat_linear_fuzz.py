@@ -18,7 +18,7 @@ dynamic M, the consumers of the outputs and other users of the activation.
 Like test_da8w4_concat_linear.py, this file uses a registered CPU kernel for
 the op when there is one, and otherwise registers a pure-PyTorch reference
 implementation of the op's math (the same as that file's) in a test-local
-library.  The seed is fixed; PATCHSET_FUZZ_LONG=1 runs 10x as many cases.
+library.  The seed is fixed; INDUCTOR_FUZZ_LONG=1 runs 10x as many cases.
 """
 
 import dataclasses
@@ -42,7 +42,7 @@ try:
 except ImportError:  # pragma: no cover
     HAS_HYPOTHESIS = False
 
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 SCALE = 10 if LONG else 1
 
 

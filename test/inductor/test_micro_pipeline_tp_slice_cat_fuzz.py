@@ -16,9 +16,10 @@ expects).  The claim is checked numerically against simulated shards; a false
 claim fails the test.  Generated canonical reassemblies that are *not* found
 are counted and must be none.
 
-The seed is fixed; PATCHSET_FUZZ_LONG=1 runs 10x as many cases.
+The seed is fixed; INDUCTOR_FUZZ_LONG=1 runs 10x as many cases.
 """
 
+import itertools
 import os
 import unittest
 
@@ -64,7 +65,7 @@ if HAS_DIST:
 
 
 HAS_MATCHER = HAS_DIST and HAS_HYPOTHESIS
-LONG = os.environ.get("PATCHSET_FUZZ_LONG", "0") == "1"
+LONG = os.environ.get("INDUCTOR_FUZZ_LONG", "0") == "1"
 EXAMPLES = 25 * (10 if LONG else 1)
 
 aten = torch.ops.aten
@@ -98,8 +99,14 @@ def _slices(n, ws, kind, count):
     if kind == "step":
         return [(s, e, 2) for s, e, _ in canon]
     # uneven: count chunks of unequal widths that still cover the dim
-    cuts = sorted({0, n, *[max(1, min(n - 1, (i * n) // count + (i % 2))) for i in range(1, count)]})
-    return [(a, b, 1) for a, b in zip(cuts, cuts[1:])]
+    cuts = sorted(
+        {
+            0,
+            n,
+            *[max(1, min(n - 1, (i * n) // count + (i % 2))) for i in range(1, count)],
+        }
+    )
+    return [(a, b, 1) for a, b in itertools.pairwise(cuts)]
 
 
 def _apply(y, dim, bounds):
@@ -118,7 +125,6 @@ if HAS_MATCHER:
         trim = draw(st.sampled_from([None, "full", "partial"]))
         reshape = draw(st.booleans())
         return ndim, kind, count, cat_dim, trim, reshape
-
 
     # Fixed seed, no example database: CI runs the same cases every time.
     FUZZ_SETTINGS = settings(
@@ -142,7 +148,9 @@ def _canonical_rs_input(y, ws, scatter_dim):
 @instantiate_parametrized_tests
 class MicroPipelineTPSliceCatFuzzTest(TestCase):
     def _init_pg(self, ws):
-        dist.init_process_group(backend="fake", world_size=ws, rank=0, store=FakeStore())
+        dist.init_process_group(
+            backend="fake", world_size=ws, rank=0, store=FakeStore()
+        )
         self.addCleanup(dist.destroy_process_group)
         return dist.group.WORLD.group_name
 
@@ -152,7 +160,9 @@ class MicroPipelineTPSliceCatFuzzTest(TestCase):
 
         def form(y, untrimmed=False):
             n = y.shape[source_dim]
-            bounds = _slices(n, ws, kind, count if kind in ("duplicate", "uneven") else ws)
+            bounds = _slices(
+                n, ws, kind, count if kind in ("duplicate", "uneven") else ws
+            )
             a = torch.cat(_apply(y, source_dim, bounds), dim=cat_dim)
             if trim is not None and not untrimmed:
                 d = cat_dim % a.ndim
@@ -197,10 +207,14 @@ class MicroPipelineTPSliceCatFuzzTest(TestCase):
             canonicals = {
                 d: _canonical_all_gather(y_full, ws, d) for d in range(y_full.ndim)
             }
-            is_canonical = any(
-                a_ref.shape == c.shape and torch.equal(a_ref, c)
-                for c in canonicals.values()
-            ) and kind == "canonical" and source_dim == 0
+            is_canonical = (
+                any(
+                    a_ref.shape == c.shape and torch.equal(a_ref, c)
+                    for c in canonicals.values()
+                )
+                and kind == "canonical"
+                and source_dim == 0
+            )
             stats["canonical"] += is_canonical
             for m in through:
                 stats["claims"] += 1

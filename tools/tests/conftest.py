@@ -129,6 +129,13 @@ PATCHSET_TOML = textwrap.dedent(
     Alpha exists because stock Inductor cannot do alpha.
     """
 
+    [patch.upstream]
+    headline = "alpha: fused vs stock"
+    test-plan = ["python test/inductor/test_alpha.py"]
+    summary = """
+    Alpha rewrites what stock Inductor leaves alone.
+    """
+
     [[patch]]
     name = "inductor-beta"
     subject = "[inductor] Add the beta pass"
@@ -140,6 +147,13 @@ PATCHSET_TOML = textwrap.dedent(
     last-update = "2026-01-03"
     body = """
     Beta exists because of reasons that are explained here.
+    """
+
+    [patch.upstream]
+    headline = "beta: fused vs stock"
+    test-plan = ["python test/inductor/test_beta.py", "python test/inductor/test_upstream_beta.py TestBeta"]
+    summary = """
+    Beta makes stage_20 do what its callers expect.
     """
 
     [[patch]]

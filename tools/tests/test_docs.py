@@ -68,3 +68,31 @@ def test_readme_lists_every_base_with_its_requirements_file():
     for b in bases:
         assert re.search(rf"^\| {re.escape(b)} \| `patches/v{re.escape(b)}` \|", section, re.M), b
         assert (REPO / "requirements" / f"base-{b}.txt").is_file(), b
+
+
+def test_readme_renders_the_feature_map():
+    """Issue #26 item 6: README shows every part of each feature (code, tests, hooks, examples, benchmarks, results,
+    docs, upstream PR) exactly as patchset.toml and hooks/ have them, and every listed path exists."""
+    from tools.featuremap import MAP_BEGIN, MAP_END, render_map
+    from tools.sources import Sources
+
+    src = Sources(REPO)
+    ps = src.load()
+    readme = (REPO / "README.md").read_text()
+    assert MAP_BEGIN in readme and MAP_END in readme
+    shown = readme[readme.index(MAP_BEGIN):readme.index(MAP_END) + len(MAP_END)] + "\n"
+    assert shown == render_map(ps, src), "README's feature map differs from patchset.toml: paste render_map's output"
+    for p in ps.patches:
+        for f in (*(f"torch_overlay/{o}" for o in p.overlay), *p.tests, *p.examples, *p.benchmarks, *p.docs):
+            assert (REPO / f).is_file(), f"{p.name}: {f}"
+
+
+def test_no_measured_figures_outside_benchmarks():
+    """Issue #26 item 5: speed ratios and timings live in benchmarks/ only; README.md, patchset.toml, the overlay
+    and the tests point to a named section of benchmarks/README.md instead."""
+    figure = re.compile(r"\b\d+\.\d+x\b|\b\d+(?:\.\d+)? ?(?:µs|us|ms)\b|\bGB/s\b")
+    files = [REPO / "README.md", REPO / "patchset.toml", *(REPO / "torch_overlay").rglob("*.py"),
+             *(REPO / "test" / "inductor").glob("*.py")]
+    found = [f"{f.relative_to(REPO)}:{n}: {line.strip()}" for f in files
+             for n, line in enumerate(f.read_text().splitlines(), 1) if figure.search(line)]
+    assert not found, found

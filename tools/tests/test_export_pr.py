@@ -1,64 +1,211 @@
-"""export-pr on the fake patch set."""
+"""export-pr on the fake patch set: PRs written from [patch.upstream], pasteable as is, upstream test hunks."""
 
 from __future__ import annotations
+
+import re
+import shutil
 
 import pytest
 
 from tools.common import PatchsetError
-from tools.export_pr import MARKER, benchmark_section, export_prs
+from tools.export_pr import MARKER, export_prs, rewrite_for_repo
+from tools.prmd import ForkPaths, added_lines, named_section, older_releases_re, pasteability_findings
 from tools.tests.conftest import git
+
+README = """# Benchmarks
+
+## Is it faster for me?
+
+### alpha: fused vs stock
+
+Machine: a test box.
+
+| case | stock | patched |
+|---|---|---|
+| x | 10 | 8 |
+
+Command: `python benchmarks/alpha_bench.py`
+
+### beta: fused vs stock
+
+Pending.
+
+## Results in full
+
+not this
+"""
+
+UPSTREAM_TEST = "import unittest\n\n\nclass TestBeta(unittest.TestCase):\n    def test_count(self):\n        self.assertEqual(stages(), 2)\n"
+
+
+TEST_CHANGE = """
+[[patch.upstream.test-change]]
+file = "test/inductor/test_upstream_beta.py"
+test = "TestBeta.test_count"
+assertion = "Expected 2 stages."
+reason = "Beta adds one."
+"""
 
 
 def _export(fp, **kw):
     return export_prs(fp.sources, cache_dir=fp.cache, **kw)
 
 
-def test_export_pr_branches_and_pr_md(fake_generated, tmp_path):
-    fp = fake_generated
-    (fp.root / "benchmarks").mkdir()
-    (fp.root / "benchmarks/README.md").write_text(
-        "# Benchmarks\n\n## inductor-beta\n\n| case | stock | patched |\n|---|---|---|\n| x | 10 | 8 |\n\n## other\nnot this\n"
-    )
+def _with_readme(fp):
+    """benchmarks/README.md with the headline tables, and beta's change to an upstream test."""
+    anchor = 'Beta makes stage_20 do what its callers expect.\n"""\n'
+    assert anchor in fp.toml()
+    fp.set_toml(fp.toml().replace(anchor, anchor + TEST_CHANGE))
+    (fp.root / "benchmarks").mkdir(exist_ok=True)
+    (fp.root / "benchmarks/README.md").write_text(README)
+    (fp.root / "benchmarks/alpha_bench.py").write_text("# the alpha harness\n")
+    return fp
+
+
+def _upstream_checkout(fp, tmp_path, text=UPSTREAM_TEST):
+    """A 'PyTorch checkout' holding upstream's test file, and beta's hunk to it in hooks/ (made the documented way:
+    edit the file in a checkout, ``git diff``)."""
+    co = tmp_path / "pytorch"
+    (co / "test/inductor").mkdir(parents=True)
+    (co / "test/inductor/test_upstream_beta.py").write_text(text)
+    git(co, "init", "-q")
+    git(co, "add", ".")
+    git(co, "commit", "-qm", "upstream")
+    f = co / "test/inductor/test_upstream_beta.py"
+    f.write_text(f.read_text().replace("stages(), 2)", "stages(), 3)"))
+    (fp.root / "hooks/inductor-beta/upstream-tests.diff").write_text(git(co, "diff"))
+    git(co, "checkout", "-q", ".")
+    return co
+
+
+def test_export_pr_branches_commit_and_pr_md(fake_generated, tmp_path, capsys):
+    fp = _with_readme(fake_generated)
     out = _export(fp, out=tmp_path / "out")
     repo = out / "repo"
     pristine = git(fp.base_tree("2.13.0"), "rev-parse", "HEAD").strip()
-    for name in ("inductor-alpha", "inductor-beta", "inductor-gamma"):
+    for name in ("inductor-alpha", "inductor-beta"):
         # one commit, alone on the pristine base
         assert git(repo, "rev-parse", f"{name}~1").strip() == pristine
         assert (out / name / "PR.md").is_file() and (out / name / f"{name}.patch").is_file()
-    # beta alone: its files only, none of alpha's
+    # gamma is fork-only: not proposed
+    assert not (out / "inductor-gamma").exists()
     changed = git(repo, "diff", "--name-only", pristine, "inductor-beta").split()
     assert changed == ["test/inductor/test_beta.py", "torch/_inductor/config.py", "torch/_inductor/fx_passes/beta.py", "torch/_inductor/fx_passes/post_grad.py"]
+    # the commit message is the PR's: subject, summary, test plan; not the fork's body or trailers
     msg = git(repo, "log", "-1", "--format=%B", "inductor-beta")
-    assert msg.startswith("[inductor] Add the beta pass\n\nBeta exists because")
-    for trailer in ("Category:", "Upstream-Status:", "Affects:", "Tested-On:", "Overlay:", "Test:", "Last-Update:"):
-        assert trailer not in msg
-    assert "Upstream-Status" not in (out / "inductor-beta" / "inductor-beta.patch").read_text()
-    pr = (out / "inductor-beta" / "PR.md").read_text()
-    assert pr.startswith("# [inductor] Add the beta pass\n")
-    assert "## Summary\n\nBeta exists because" in pr
-    assert "```\npython test/inductor/test_beta.py\n```" in pr
-    assert "| x | 10 | 8 |" in pr and "not this" not in pr
-    assert "`torch/_inductor/fx_passes/beta.py` (new, +2 -0)" in pr
-    assert "None yet" in (out / "inductor-alpha" / "PR.md").read_text()
-    # the branch tree is exactly the pristine tree plus the committed patch
+    assert msg.startswith("[inductor] Add the beta pass\n\nBeta makes stage_20 do what its callers expect.\n\nTest Plan:\n"
+                          "python test/inductor/test_beta.py\n")
+    assert "reasons that are explained here" not in msg and "Upstream-Status" not in msg
+    pr = (out / "inductor-alpha" / "PR.md").read_text()
+    assert pr.startswith("# [inductor] Add the alpha pass\n\n## Summary\n\nAlpha rewrites what stock Inductor leaves alone.\n")
+    assert "## Test Plan\n\n```\npython test/inductor/test_alpha.py\n```" in pr
+    # the headline table chosen by name, without its Command: line
+    measured = pr.split("## Measured\n", 1)[1]
+    assert "Machine: a test box." in measured and "| x | 10 | 8 |" in measured
+    assert "Command:" not in pr and "not this" not in pr
+    beta = (out / "inductor-beta" / "PR.md").read_text()
+    # the upstream expectation it changes is named, and that its hunk is missing without a checkout
+    assert "`test/inductor/test_upstream_beta.py` `TestBeta.test_count` (**not in this PR yet**: no hunk stored" in beta
+    assert "Expected 2 stages. Beta adds one." in beta
+    err = capsys.readouterr().err
+    assert "could not include the change to test/inductor/test_upstream_beta.py (TestBeta.test_count)" in err
+    assert "inductor-beta: the headline section 'beta: fused vs stock' of README.md has no table yet" in err
     assert git(repo, "status", "--porcelain") == ""
-    assert not git(repo, "remote").strip()  # no remote pointing into the cache
+    assert not git(repo, "remote").strip()
+
+
+def test_export_pr_without_checkout_names_the_hunk_it_could_not_include(fake_generated, tmp_path, capsys):
+    fp = _with_readme(fake_generated)
+    _upstream_checkout(fp, tmp_path)
+    out = _export(fp, out=tmp_path / "out", names=["inductor-beta"])
+    beta = (out / "inductor-beta" / "PR.md").read_text()
+    assert "(**not in this PR yet**: made without a PyTorch checkout)" in beta
+    assert "made without a PyTorch checkout" in capsys.readouterr().err
+    assert "test_upstream_beta" not in git(out / "repo", "show", "--name-only", "--format=", "inductor-beta")
+
+
+def test_export_pr_upstream_checkout_adds_the_test_hunk(fake_generated, tmp_path):
+    fp = _with_readme(fake_generated)
+    co = _upstream_checkout(fp, tmp_path)
+    out = _export(fp, out=tmp_path / "out", upstream_checkout=co)
+    repo = out / "repo"
+    pristine = git(fp.base_tree("2.13.0"), "rev-parse", "HEAD").strip()
+    # the branches' parent is the base plus upstream's version of the test file
+    parent = git(repo, "rev-parse", "inductor-beta~1").strip()
+    assert git(repo, "rev-parse", f"{parent}~1").strip() == pristine
+    assert git(repo, "show", f"{parent}:test/inductor/test_upstream_beta.py") == UPSTREAM_TEST
+    diff = git(repo, "diff", parent, "inductor-beta", "--", "test/inductor/test_upstream_beta.py")
+    assert "-        self.assertEqual(stages(), 2)\n+        self.assertEqual(stages(), 3)" in diff
+    assert "test_upstream_beta.py" in (out / "inductor-beta" / "inductor-beta.patch").read_text()
+    assert "(changed in this PR)" in (out / "inductor-beta" / "PR.md").read_text()
+    # alpha changes no upstream test: its commit holds its own files only
+    assert "test_upstream_beta" not in git(repo, "diff", "--name-only", parent, "inductor-alpha")
+
+
+def test_export_pr_upstream_checkout_errors(fake_generated, tmp_path):
+    fp = _with_readme(fake_generated)
+    co = _upstream_checkout(fp, tmp_path)
+    (co / "test/inductor/test_upstream_beta.py").unlink()
+    with pytest.raises(PatchsetError, match=r"test_upstream_beta.py: missing: --upstream-checkout .* is not a PyTorch"):
+        _export(fp, out=tmp_path / "o1", upstream_checkout=co)
+    (co / "test/inductor/test_upstream_beta.py").write_text(UPSTREAM_TEST.replace("stages(), 2)", "other(), 2)"))
+    with pytest.raises(PatchsetError, match=r"upstream-tests.diff: does not apply to the test files of"):
+        _export(fp, out=tmp_path / "o2", upstream_checkout=co)
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_export_pr_refuses_text_a_reviewer_cannot_follow(fake_generated, tmp_path):
+    """Fork-only paths, older releases and fork wording in PR.md, the commit message or code: nothing is written."""
+    fp = _with_readme(fake_generated)
+    toml = fp.toml().replace("Alpha rewrites what stock Inductor leaves alone.",
+                             "Alpha rewrites it (see benchmarks/README.md; the alpha_bench.py harness).")
+    fp.set_toml(toml)
+    overlay = fp.root / "torch_overlay/torch/_inductor/fx_passes/alpha.py"
+    overlay.write_text(overlay.read_text() + "# on 2.11 this is the backport path\n")
+    from tools.tests.conftest import generate_fake
+
+    generate_fake(fp)
+    with pytest.raises(PatchsetError) as e:
+        _export(fp, out=tmp_path / "out")
+    msg = str(e.value)
+    assert "inductor-alpha/PR.md:5: `benchmarks/README.md` exists only in this repo" in msg
+    assert "inductor-alpha/PR.md:5: `alpha_bench.py` is a file of this repo only" in msg
+    assert "inductor-alpha: commit message:3: `benchmarks/README.md`" in msg
+    assert "inductor-alpha: torch/_inductor/fx_passes/alpha.py:3: names torch 2.11, older than" in msg
+    assert "torch/_inductor/fx_passes/alpha.py:3: fork-internal wording 'backport'" in msg
+    assert "nothing was written" in msg and not (tmp_path / "out").exists()
+
+
+def test_export_pr_requires_the_upstream_fields(fake_generated, tmp_path):
+    fp = _with_readme(fake_generated)
+    fp.set_toml(fp.toml().replace('headline = "alpha: fused vs stock"\n', ""))
+    with pytest.raises(PatchsetError, match=r"'inductor-alpha'.*lacks headline"):
+        _export(fp, out=tmp_path / "o1")
+    fp.set_toml(fp.toml().replace('[patch.upstream]\ntest-plan = ["python test/inductor/test_alpha.py"]',
+                                  '[patch.upstream]\nheadline = "no such heading"\ntest-plan = ["python test/inductor/test_alpha.py"]'))
+    with pytest.raises(PatchsetError, match=r"README.md: no heading 'no such heading'"):
+        _export(fp, out=tmp_path / "o2")
+
+
+def test_summary_word_limit(fake_patchset):
+    fp = fake_patchset
+    fp.set_toml(fp.toml().replace("Alpha rewrites what stock Inductor leaves alone.", "word " * 301))
+    with pytest.raises(PatchsetError, match="summary has 301 words; a reviewer gets at most 300"):
+        fp.sources.load()
 
 
 def test_export_pr_one_patch_and_rerun(fake_generated, tmp_path):
-    fp = fake_generated
-    out = _export(fp, out=tmp_path / "out", names=["inductor-gamma"])
-    assert sorted(p.name for p in out.iterdir()) == [MARKER, "inductor-gamma", "repo"]
+    fp = _with_readme(fake_generated)
+    out = _export(fp, out=tmp_path / "out", names=["inductor-beta"])
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "inductor-beta", "repo"]
     out2 = _export(fp, out=tmp_path / "out", base="2.11.0", names=["inductor-alpha"])
     assert out2 == out and sorted(p.name for p in out.iterdir()) == [MARKER, "inductor-alpha", "repo"]
-    assert "Affects" not in git(out / "repo", "log", "-1", "--format=%B", "inductor-alpha")
 
 
 def test_export_pr_errors(fake_generated, tmp_path):
-    fp = fake_generated
-    with pytest.raises(PatchsetError, match="no such patch in the 2.11.0 series"):
-        _export(fp, out=tmp_path / "o1", base="2.11.0", names=["inductor-gamma"])
+    fp = _with_readme(fake_generated)
+    with pytest.raises(PatchsetError, match="no upstreamable patch of that name in the 2.13.0 series"):
+        _export(fp, out=tmp_path / "o1", names=["inductor-gamma"])
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("precious")
@@ -71,47 +218,135 @@ def test_export_pr_errors(fake_generated, tmp_path):
     assert not (tmp_path / "o2").exists()
 
 
-def test_benchmark_section_matches_overlay_module(fake_patchset, tmp_path):
-    from tools.common import load_patchset
+def test_export_pr_for_another_repository(fake_generated, tmp_path):
+    """A patch whose PR goes to another repository (gamma, made upstreamable for pytorch/ao): no branch on torch,
+    its files at their paths there with their module names and relative imports rewritten."""
+    fp = _with_readme(fake_generated)
+    (fp.root / "torch_overlay/torch/_inductor/gamma.py").write_text("from . import config\nfrom .fx_passes.alpha import alpha_pass\n")
+    (fp.root / "test/inductor/test_gamma.py").write_text("from torch._inductor import gamma\nfrom torch._inductor.gamma import GAMMA\n")
+    toml = fp.toml().replace('category = "fork-only"\nupstream-status = "Inappropriate [fork-only test scaffolding]"',
+                             'category = "upstreamable"\nupstream-status = "Pending"')
+    toml += '''
+[patch.upstream]
+repo = "pytorch/ao"
+depends-on = ["inductor-alpha"]
+headline = "alpha: fused vs stock"
+test-plan = ["python test/prototype/test_gamma.py"]
+paths = {"torch/_inductor/gamma.py" = "torchao/prototype/gamma.py", "test/inductor/test_gamma.py" = "test/prototype/test_gamma.py"}
+modules = {"torch._inductor.gamma" = "torchao.prototype.gamma"}
+summary = """
+Gamma, for torchao.
+"""
+'''
+    fp.set_toml(toml)
+    from tools.tests.conftest import generate_fake
 
-    ps = load_patchset(fake_patchset.root / "patchset.toml")
-    alpha = ps.patches[0]
-    readme = tmp_path / "README.md"
-    readme.write_text("# B\n\n```\n## alpha inside code is not a heading\n```\n\n### Alpha pass (CPU)\nrow\n#### detail\nmore\n## Next\nno\n")
-    assert benchmark_section(readme, alpha) == "row\n#### detail\nmore"
-    assert benchmark_section(tmp_path / "missing.md", alpha) is None
+    generate_fake(fp)
+    out = _export(fp, out=tmp_path / "out", names=["inductor-gamma"])
+    d = out / "inductor-gamma"
+    assert (d / "files/torchao/prototype/gamma.py").read_text() == (
+        "from torch._inductor import config\nfrom torch._inductor.fx_passes.alpha import alpha_pass\n")
+    assert (d / "files/test/prototype/test_gamma.py").read_text() == (
+        "from torchao.prototype import gamma\nfrom torchao.prototype.gamma import GAMMA\n")
+    pr = (d / "PR.md").read_text()
+    assert 'Depends on the pytorch/pytorch PR "[inductor] Add the alpha pass".' in pr
+    assert "For pytorch/ao:\n\n- `test/prototype/test_gamma.py`: test\n- `torchao/prototype/gamma.py`: module\n" in pr
+    assert git(out / "repo", "branch", "--list", "inductor-gamma") == ""
 
 
-@pytest.mark.parametrize(
-    "heading",
-    ["## alpha", "## fx_passes alpha", "### The `alpha` pass (CPU)", "## inductor_alpha", "## Inductor Alpha: results"],
-)
-def test_benchmark_section_any_spelling(fake_patchset, tmp_path, heading):
-    from tools.common import load_patchset
-
-    alpha = load_patchset(fake_patchset.root / "patchset.toml").patches[0]
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# B\n\n## alphabet soup\nnot this\n\n{heading}\nthe rows\n\n## beta\nno\n")
-    assert benchmark_section(readme, alpha) == "the rows"
-
-
-def test_benchmark_section_word_boundaries(tmp_path):
-    """A patch name is matched as whole words: 'cat-linear' must not pick the 'concat-linear' section."""
-    from tools.common import PatchMeta
-
-    p = PatchMeta("inductor-cat-linear", "s", "upstreamable", "Pending", ("2.13.0",), (), ("t.py",), "2026-01-01", "b")
-    readme = tmp_path / "README.md"
-    readme.write_text("## da8w4 concat-linear\nwrong\n\n## cat_linear\nright\n")
-    assert benchmark_section(readme, p) == "right"
+def test_rewrite_for_repo():
+    text = "from .. import config\nfrom ..custom_pass_registry import register\nfrom .sibling import x\nimport os\n"
+    got = rewrite_for_repo(text, "torch/_inductor/fx_passes/mod.py", ())
+    assert got == ("from torch._inductor import config\nfrom torch._inductor.custom_pass_registry import register\n"
+                   "from torch._inductor.fx_passes.sibling import x\nimport os\n")
+    mods = (("torch._inductor.fx_passes.mod", "torchao.p.fx_passes.mod_cpu"), ("test_mod", "test_mod_cpu"))
+    t = ("from torch._inductor.fx_passes import mod as m\nlogger = 'torch._inductor.fx_passes.mod'\n"
+         "from .test_mod import helper\nfrom test_mod import helper\nimport test_mod_fuzz\n")
+    assert rewrite_for_repo(t, "test/inductor/test_mod_fuzz.py", mods) == (
+        "from torchao.p.fx_passes import mod_cpu as m\nlogger = 'torchao.p.fx_passes.mod_cpu'\n"
+        "from .test_mod_cpu import helper\nfrom test_mod_cpu import helper\nimport test_mod_fuzz\n")
 
 
-def test_real_readme_has_a_section_per_patch():
-    """What issue #11 found: every real patch's PR.md gets its own measured results from benchmarks/README.md."""
+def test_pasteability_findings(tmp_path):
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    (tmp_path / "benchmarks/results/run.json").write_text("{}")
+    (tmp_path / "benchmarks/sweep_gpu.py").write_text("")
+    (tmp_path / "torch_overlay/torch/_inductor").mkdir(parents=True)
+    (tmp_path / "torch_overlay/torch/_inductor/mod.py").write_text("")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples/mod.py").write_text("")  # shares the module's name: a mention means the module
+    fork = ForkPaths.of(tmp_path)
+    old = older_releases_re(("2.11.0", "2.13.0", "2.15.0"), "2.15.0")
+    lines = [(1, "raw data: benchmarks/results/run.json."), (2, "run sweep_gpu.py"), (3, "see mod.py and torch/_inductor/mod.py"),
+             (4, "on 2.13+ and 2.11.0"), (5, "version 2.15 and 12.11.3 and 2.110"), (6, "our fork's patch set")]
+    got = pasteability_findings("x", lines, fork, old)
+    assert any(f.startswith("x:1: `benchmarks/results/run.json` exists only") for f in got)
+    assert any(f.startswith("x:2: `sweep_gpu.py` is a file of this repo only") for f in got)
+    assert not any(f.startswith(("x:3:", "x:5:")) for f in got), got
+    assert any(f.startswith("x:4: names torch 2.13") for f in got)
+    assert any(f.startswith("x:6: fork-internal wording") for f in got)
+
+
+def test_unwrap():
+    from tools.prmd import unwrap
+
+    text = "A wrapped\nparagraph.\n\n- item one\n  goes on\n- item two\n\nLast.\n| a |\n|---|\n| 1 |\n\n```\nx\ny\n```"
+    assert unwrap(text) == "A wrapped paragraph.\n\n- item one goes on\n- item two\n\nLast.\n| a |\n|---|\n| 1 |\n\n```\nx\ny\n```"
+
+
+def test_added_lines_and_named_section(tmp_path):
+    diff = "+++ b/a.py\n@@ -1,2 +1,3 @@\n ctx\n+new\n ctx2\n@@ -10 +11,2 @@\n-old\n+x\n+y\n"
+    assert added_lines(diff) == {"a.py": [(2, "new"), (11, "x"), (12, "y")]}
+    readme = tmp_path / "R.md"
+    readme.write_text("# T\n\n## A: b\n\ntext\n\n```\n## not a heading\n```\n\n### sub\nmore\n\n## C\nno\n")
+    assert named_section(readme, "A: b") == ["text", "", "```", "## not a heading", "```", "", "### sub", "more"]
+    assert named_section(readme, "A") is None
+
+
+def test_upstream_tests_diff_is_not_an_orphan_hook(fake_generated, tmp_path):
+    from tools.sources import orphan_hook_files
+
+    fp = _with_readme(fake_generated)
+    _upstream_checkout(fp, tmp_path)
+    assert orphan_hook_files(fp.sources.load(), fp.sources) == []
+    shutil.copy(fp.root / "hooks/inductor-beta/upstream-tests.diff", fp.root / "hooks/inductor-beta/stray.diff")
+    assert [f.name for f, _ in orphan_hook_files(fp.sources.load(), fp.sources)] == ["stray.diff"]
+
+
+def test_real_headlines_results_and_scripts():
+    """Every real patch names its headline table and its results section, both headings of benchmarks/README.md;
+    the README stays short and every script it or the history cites exists."""
     from tools.common import PATCHSET_TOML, REPO_ROOT, load_patchset
 
     readme = REPO_ROOT / "benchmarks" / "README.md"
-    sections = {}
     for p in load_patchset(PATCHSET_TOML).patches:
-        sections[p.name] = benchmark_section(readme, p)
-        assert sections[p.name], f"{p.name}: no section in {readme}"
-    assert len(set(sections.values())) == len(sections), "two patches picked the same section"
+        assert p.upstream and named_section(readme, p.upstream.headline) is not None, p.name
+        assert named_section(readme, p.results) is not None, p.name
+        for f in (*p.examples, *p.benchmarks, *p.docs):
+            assert (REPO_ROOT / f).is_file(), f"{p.name}: {f}"
+    assert len(readme.read_text().splitlines()) < 400
+    for doc in (readme, REPO_ROOT / "benchmarks/results/history.md", REPO_ROOT / "benchmarks/results/da8w4_kernel.md"):
+        for script in set(re.findall(r"[\w/.-]*\b[\w-]+\.(?:py|sh)\b", doc.read_text())):
+            name = script.split("/")[-1]
+            if name.startswith("test_") or "/" in script.removeprefix("benchmarks/"):
+                continue
+            assert (REPO_ROOT / "benchmarks" / name).is_file(), f"{doc.name} cites {script}"
+
+
+def test_check_holds_the_map_and_the_upstream_tests(fake_generated, tmp_path):
+    from tools.tests.conftest import check_fake
+
+    fp = _with_readme(fake_generated)
+    _upstream_checkout(fp, tmp_path)
+    probs, _ = check_fake(fp)
+    assert probs == []
+    fp.set_toml(fp.toml().replace('tests = ["test/inductor/test_alpha.py"]',
+                                  'tests = ["test/inductor/test_alpha.py"]\nexamples = ["examples/alpha.py"]\nresults = "alpha results"'))
+    fp.set_toml(fp.toml().replace('file = "test/inductor/test_upstream_beta.py"', 'file = "test/inductor/test_other.py"'))
+    warnings = []
+    from tools.check import check_map_and_upstream
+
+    got = [str(p) for p in check_map_and_upstream(fp.sources.load(), fp.sources, warn=warnings.append)]
+    assert any("no heading 'alpha results' (results of inductor-alpha)" in p for p in got), got
+    assert any("changes test/inductor/test_upstream_beta.py but no [[patch.upstream.test-change]]" in p for p in got), got
+    assert any("no hunk stored for its change to test/inductor/test_other.py" in w for w in warnings), warnings

@@ -172,3 +172,33 @@ def test_upstream_status_regex(value, ok):
 
 
 # ----------------------------------------------------------------------------------- check
+
+
+def test_files_for_some_bases_only(fake_patchset):
+    """An overlay or test entry {path, bases} ships on those bases only: in their series, trailers and digest."""
+    from tools.common import tests_not_on
+    from tools.sources import sources_digest
+
+    fp = fake_patchset
+    (fp.root / "torch_overlay/torch/_inductor/fx_passes/alpha_old.py").write_text("OLD = 1\n")
+    (fp.root / "test/inductor/test_alpha_old.py").write_text("def test_old():\n    pass\n")
+    fp.set_toml(fp.toml().replace(
+        'overlay = ["torch/_inductor/fx_passes/alpha.py"]\ntests = ["test/inductor/test_alpha.py"]',
+        'overlay = ["torch/_inductor/fx_passes/alpha.py", {path = "torch/_inductor/fx_passes/alpha_old.py", bases = ["2.11.0"]}]\n'
+        'tests = ["test/inductor/test_alpha.py", {path = "test/inductor/test_alpha_old.py", bases = ["2.11.0"]}]'))
+    _generate(fp)
+    v11 = (fp.patches_dir / "v2.11.0" / "inductor-alpha.patch").read_text()
+    v13 = (fp.patches_dir / "v2.13.0" / "inductor-alpha.patch").read_text()
+    assert "b/torch/_inductor/fx_passes/alpha_old.py" in v11 and "Overlay: torch/_inductor/fx_passes/alpha_old.py" in v11
+    assert "Test: test/inductor/test_alpha_old.py" in v11
+    assert "alpha_old" not in v13
+    assert tests_not_on("2.13.0", fp.root / "patchset.toml") == ["test/inductor/test_alpha_old.py"]
+    assert tests_not_on("2.11.0", fp.root / "patchset.toml") == ["test/inductor/test_gamma.py"]  # a 2.13-only patch
+    ps = fp.sources.load()
+    before = {b: sources_digest(ps, fp.sources, b) for b in ("2.11.0", "2.13.0")}
+    (fp.root / "torch_overlay/torch/_inductor/fx_passes/alpha_old.py").write_text("OLD = 2\n")
+    after = {b: sources_digest(ps, fp.sources, b) for b in ("2.11.0", "2.13.0")}
+    assert after["2.13.0"] == before["2.13.0"] and after["2.11.0"] != before["2.11.0"]
+    fp.set_toml(fp.toml().replace('bases = ["2.11.0"]}]\ntests', 'bases = ["2.9.0"]}]\ntests'))
+    with pytest.raises(PatchsetError, match=r"alpha_old.py: bases \['2.9.0'\] must be a non-empty subset"):
+        fp.sources.load()

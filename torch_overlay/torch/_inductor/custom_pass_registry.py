@@ -1,83 +1,36 @@
 """
 Composable, named and scoped registration of Inductor custom passes.
 
-Inductor runs user passes at fixed stages, each read from one config field
-(``config.post_grad_custom_post_pass`` and friends).  Registration by
-assignment does not compose: when two libraries each assign the same field,
-the second silently drops the first.  This module adds a registry next to the
-config fields:
+Each stage that runs user passes reads one config field
+(``config.post_grad_custom_post_pass`` and friends), so when two libraries
+assign the same field the second silently drops the first.  Passes registered
+here run next to the assigned ones::
 
     from torch._inductor import custom_pass_registry as cpr
 
     handle = cpr.register_custom_pass(
         "post_grad_custom_post_pass", MyPass(), name="mylib.fuse_foo"
     )
-    ...
-    handle.remove()                      # or: with cpr.register_custom_pass(...):
+    handle.remove()  # or: with cpr.register_custom_pass(...): ...
 
-Design
-------
-* **Stages** are named after the config field that feeds them
-  (:class:`CustomPassStage`): the five FX graph stages (pre-grad, joint
-  pre/post, post-grad pre/post) and the two scheduler stages
-  (``_pre_fusion_custom_pass``/``_post_fusion_custom_pass``).  Fields that are
-  not passes (``custom_partitioner_fn``, ``_fuse_ddp_communication_passes``,
-  the AOTAutograd ``joint_custom_pass``) are out of scope: they select one
-  implementation or a list of builtin steps and cannot be chained.
-
-* **Registrations live in a process-global registry, not in config.**  So
-  ``config.patch``, ``save_config``/``load_config``, ``get_config_copy`` and
-  config pickling see exactly what they saw before (the custom pass fields are
-  in ``_save_config_ignore`` upstream and stay there), and a registration made
-  inside ``config.patch(...)`` is not undone by leaving the patch.  Scoped
-  registration is a context manager: the handle returned by
-  :func:`register_custom_pass` removes the pass on ``__exit__``.  Subprocess
-  compilation (``fx_compile_mode=subprocess``) ships only the portable config,
-  so, exactly like passes assigned to config today, registered passes do not
-  run there.
-
-  Why not in config, given that #178048 and #184019 (scoped
-  ``custom_pass_context`` APIs) were closed unmerged?  Both reached the same
-  conclusion this module does: pass objects are stateful, so they cannot be
-  config values, which must pickle, serialize for subprocess compiles and
-  feed the cache key.  What differs here is what RFC #153532 asks for: a
-  process-global, *named* registry that several libraries share (with
-  ordering by name and removal), scoping as an option (the handle), and
-  assignment kept working and composing instead of being rejected, so no
-  caller has to change for the fix to land.  The cache key takes the passes'
-  ``(name, uuid())`` from here, as it took ``uuid()`` from the fields.
-
-* **Run order** for a stage is: the passes assigned to the config field (one
-  callable, a list or a tuple, in their order), then the registered passes in
-  registration order, adjusted by optional ``before=``/``after=`` names (a
-  stable topological sort that keeps registration order except that a pass
-  with ``before=`` moves to just before the earliest pass it names, one with
-  ``after=`` to just after the latest).  Constraints naming a pass that is
-  not registered are ignored (a library can order itself against another one
-  that may not be installed);
-  a registration that would create a cycle raises ``ValueError`` and changes
-  nothing.  Names are unique per stage: registering a taken name raises rather
-  than replacing.  The order is deterministic, and :func:`list_custom_passes`
-  shows it.
-
-* **Assignment keeps working and composes.**  Assigning a field (one callable
-  or a list) still sets the passes that run first at that stage, and never
-  removes a registered pass.  Because an assignment next to registrations may
-  be a library that has not moved to the registry yet, it is not silent: the
-  first compile that sees a field assigned while passes are registered for
-  the same stage logs one warning naming both groups and the order they run
-  in (once per distinct combination).
-
-* **Cache correctness.**  :func:`custom_pass_cache_details` is what the FX
-  graph cache key (and, through ``FxGraphHashDetails``, the AOTAutograd cache
-  key) hashes for custom passes: for each stage, in run order, each pass's
-  ``(name, uuid())``.  Changing a uuid, adding or removing a pass, or
-  reordering passes changes the key.  :func:`custom_pass_cache_bypass_reason`
-  is the cacheability check: a pass that is not a ``CustomPassBase`` (a
-  ``CustomGraphPass``, ``CustomSchedulerPass``...) or whose ``uuid()`` is
-  falsy makes the cache bypass that compile; the first time a given pass
-  causes a bypass, one warning names it.  Pre-grad passes take part only when
-  they run after the cache lookup (``resolve_pre_grad_pass_timing() != "early"``).
+* A stage is named after its config field (:class:`CustomPassStage`).  Fields
+  that select one implementation or list builtin steps
+  (``custom_partitioner_fn``, ``_fuse_ddp_communication_passes``) are not
+  stages.
+* Registrations are process-global, not config: pass objects are stateful,
+  while config values must pickle and feed the cache key.  So
+  ``config.patch``, ``save_config``/``load_config`` and ``get_config_copy``
+  are unaffected, and, as for assigned passes, subprocess compiles
+  (``fx_compile_mode=subprocess``) do not run them.
+* Run order: the assigned passes (one callable, a list or a tuple), then the
+  registered ones in registration order, moved by ``before=``/``after=``
+  names (names that are not registered are ignored; cycles and duplicate
+  names raise).  The first compile that sees a field assigned while passes
+  are registered for its stage logs one warning.
+* Cache: :func:`custom_pass_cache_details` is what the FX graph (and so the
+  AOTAutograd) cache key hashes, each pass's ``(name, uuid())`` in run order;
+  :func:`custom_pass_cache_bypass_reason` bypasses the cache for a pass that
+  is not a ``CustomPassBase`` or has no ``uuid()``, with one warning per pass.
 """
 
 from __future__ import annotations
@@ -87,12 +40,16 @@ import enum
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TYPE_CHECKING
+from typing_extensions import Self
 
 from torch._dynamo.utils import counters
 
 from . import config, custom_graph_pass
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
 
 
 log = logging.getLogger(__name__)
@@ -110,9 +67,7 @@ __all__ = [
 
 
 class CustomPassStage(str, enum.Enum):
-    """Stages that run custom passes, in the order a compile reaches them.
-
-    Each value is the name of the config field that feeds the stage."""
+    """Stages that run custom passes, named after their config field."""
 
     PRE_GRAD = "pre_grad_custom_pass"
     JOINT_PRE = "joint_custom_pre_pass"
@@ -138,18 +93,13 @@ class CustomPassInfo:
     """One pass as it will run at a stage (see :func:`list_custom_passes`)."""
 
     name: str
-    # "config" when assigned to the stage's config field, "registry" otherwise.
-    source: str
+    source: str  # "config" (assigned to the field) or "registry"
     custom_pass: Callable[..., Any]
-    # None when the pass cannot be part of a cache key (no usable uuid()).
-    uuid: Any
+    uuid: Any  # None: the pass cannot be part of a cache key
 
 
 class CustomPassHandle:
-    """Returned by :func:`register_custom_pass`.
-
-    ``remove()`` unregisters the pass (idempotent); used as a context manager
-    the registration lasts until the ``with`` block exits."""
+    """Removes its pass (idempotent); as a context manager, on exit."""
 
     def __init__(self, stage: CustomPassStage, name: str, seq: int) -> None:
         self.stage = stage
@@ -166,7 +116,7 @@ class CustomPassHandle:
         with _lock:
             return any(e.seq == self._seq for e in _registry.get(self.stage, ()))
 
-    def __enter__(self) -> CustomPassHandle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -184,8 +134,7 @@ _warned_missing_uuid: set[tuple[str, str]] = set()
 
 
 def _reset_for_tests() -> None:
-    """Drop every registration and forget which warnings were given, so a test
-    (or a re-run in the same process) starts from a fresh registry."""
+    """A fresh registry: no registrations, no memory of given warnings."""
     with _lock:
         _registry.clear()
         _warned_composition.clear()
@@ -228,12 +177,9 @@ def _assigned(stage: CustomPassStage) -> tuple[Callable[..., Any], ...]:
 
 
 def _ordered(entries: Sequence[_Registration]) -> list[_Registration]:
-    """Registration order, adjusted by before/after; raises on a cycle.
-
-    A stable topological sort: among the passes whose constraints are met, the
-    one with the smallest placement key runs next.  The key keeps registration
-    order, except that a pass with ``before=`` sits just before the earliest
-    pass it names and a pass with ``after=`` just after the latest one."""
+    """A stable topological sort: registration order, except that a pass with
+    ``before=`` moves just before the earliest pass it names and one with
+    ``after=`` just after the latest.  Raises on a cycle."""
     by_name = {e.name: e for e in entries}
     # edges[a] = names that must run after a
     edges: dict[str, set[str]] = {e.name: set() for e in entries}
@@ -278,15 +224,14 @@ def register_custom_pass(
     before: str | Iterable[str] | None = None,
     after: str | Iterable[str] | None = None,
 ) -> CustomPassHandle:
-    """Add ``custom_pass`` to ``stage``, after the passes already there.
+    """Add ``custom_pass`` to ``stage`` (a :class:`CustomPassStage` or its
+    config field name), called like a pass assigned to that field.
 
-    ``stage`` is a :class:`CustomPassStage` or its config field name, e.g.
-    ``"post_grad_custom_post_pass"``.  The pass is called like a pass assigned
-    to that field.  ``name`` (default: the pass's module and qualified name)
-    must be unique within the stage; ``before``/``after`` name passes of the
-    same stage this one must run before/after.  For FX graph cache hits the
-    pass must be a ``CustomGraphPass`` (``CustomSchedulerPass`` for the
-    scheduler stages) whose ``uuid()`` identifies its implementation.
+    ``name`` (default: module and qualified name) is unique per stage;
+    ``before``/``after`` name passes of the stage this one runs before/after.
+    The FX graph cache serves a compile only when every pass is a
+    ``CustomGraphPass`` (``CustomSchedulerPass`` for scheduler stages) with a
+    ``uuid()``.
     """
     resolved = _as_stage(stage)
     if not callable(custom_pass):
@@ -326,9 +271,10 @@ def _warn_if_composed(
         tuple(_default_name(p) for p in assigned),
         tuple(e.name for e in registered),
     )
-    if key in _warned_composition:
-        return
-    _warned_composition.add(key)
+    with _lock:
+        if key in _warned_composition:
+            return
+        _warned_composition.add(key)
     log.warning(
         "config.%s is assigned (%s) while custom passes are registered for the "
         "same stage (%s); running all of them, assigned passes first. Use "
@@ -359,9 +305,8 @@ def _uuid(custom_pass: Callable[..., Any]) -> Any:
 def list_custom_passes(
     stage: CustomPassStage | str | None = None,
 ) -> dict[str, list[CustomPassInfo]]:
-    """What runs where: ``{stage: [CustomPassInfo, ...]}`` in run order.
-
-    Only stages with at least one pass are listed (or just ``stage``)."""
+    """``{stage: [CustomPassInfo, ...]}`` in run order, for the stages with a
+    pass (or just ``stage``)."""
     stages = [_as_stage(stage)] if stage is not None else list(CustomPassStage)
     listing: dict[str, list[CustomPassInfo]] = {}
     for s in stages:
@@ -387,18 +332,17 @@ def _cache_stages(include_pre_grad: bool) -> list[CustomPassStage]:
 
 def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
     """Why the FX graph cache cannot serve this compile, or None.
-
-    ``include_pre_grad``: whether pre-grad passes run after the cache lookup.
-    Each bypass bumps ``counters["inductor"]["custom_pass_cache_bypass"]``; the
-    first one a given pass causes logs one warning naming it."""
+    ``include_pre_grad``: pre-grad passes run after the cache lookup."""
     for stage in _cache_stages(include_pre_grad):
         for info in list_custom_passes(stage)[stage.value]:
             if info.uuid is not None:
                 continue
             counters["inductor"]["custom_pass_cache_bypass"] += 1
             key = (stage.value, info.name)
-            if key not in _warned_missing_uuid:
+            with _lock:
+                first = key not in _warned_missing_uuid
                 _warned_missing_uuid.add(key)
+            if first:
                 log.warning(
                     "custom pass %s at %s has no uuid(); the FX graph cache is "
                     "bypassed for graphs compiled with it. Make it a "
@@ -414,9 +358,7 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
 def custom_pass_cache_details(
     include_pre_grad: bool,
 ) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
-    """What the cache key hashes: per stage, each pass's (name, uuid) in run order.
-
-    Only meaningful after :func:`custom_pass_cache_bypass_reason` returned None."""
+    """Per stage, each pass's (name, uuid) in run order: the cache key's part."""
     return tuple(
         (
             stage.value,

@@ -325,47 +325,60 @@ def match_cat_linear(
     parts = get_arg_value(cat, 0, "tensors")
     dim = get_arg_value(cat, 1, "dim")
     if not isinstance(parts, (list, tuple)) or len(parts) < 2:
-        return _skip("a cat of fewer than two parts", linear)
+        _skip("a cat of fewer than two parts", linear)
+        return None
     nodes = [*parts, weight] + ([] if bias is None else [bias])
     if not all(isinstance(p, torch.fx.Node) for p in nodes):
-        return _skip("an operand is not a graph node", linear)
+        _skip("an operand is not a graph node", linear)
+        return None
     if len(cat.users) != 1:
         # The cat stays for its other users: nothing to save.
-        return _skip("the cat has other users", linear)
+        _skip("the cat has other users", linear)
+        return None
     vals = [_val(n) for n in (cat, linear, *nodes)]
     if any(v is None for v in vals):
-        return _skip("missing tensor metadata", linear)
+        _skip("missing tensor metadata", linear)
+        return None
     cat_val, out_val, *part_vals = vals
     w_val = part_vals[len(parts)]
     rank = cat_val.dim()  # type: ignore[union-attr]
     if rank not in (2, 3) or not isinstance(dim, int) or dim % rank != rank - 1:
-        return _skip("not a last-dim cat of 2-D or 3-D parts", linear)
+        _skip("not a last-dim cat of 2-D or 3-D parts", linear)
+        return None
     if any(v.dim() != rank for v in part_vals[: len(parts)]):  # type: ignore[union-attr]
-        return _skip("parts differ in rank", linear)
+        _skip("parts differ in rank", linear)
+        return None
     if w_val.dim() != 2 or (bias is not None and part_vals[-1].dim() != 1):  # type: ignore[union-attr]
-        return _skip("weight is not 2-D or bias not 1-D", linear)
+        _skip("weight is not 2-D or bias not 1-D", linear)
+        return None
     widths = [v.shape[-1] for v in part_vals[: len(parts)]]  # type: ignore[union-attr]
     if any(not isinstance(k, int) or k == 0 for k in widths):
         # Static feature widths are the common case; symbolic ones would
         # need a guard per width.
-        return _skip("a symbolic or empty part width", linear)
+        _skip("a symbolic or empty part width", linear)
+        return None
     if not statically_known_true(sum(widths) == w_val.shape[1]):  # type: ignore[union-attr]
-        return _skip("weight width does not match the cat", linear)
+        _skip("weight width does not match the cat", linear)
+        return None
     dtypes = {v.dtype for v in vals}  # type: ignore[union-attr]
     devices = {v.device for v in vals}  # type: ignore[union-attr]
     if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
-        return _skip(f"mixed or non-floating dtypes {dtypes}", linear)
+        _skip(f"mixed or non-floating dtypes {dtypes}", linear)
+        return None
     if len(devices) != 1:
-        return _skip("operands on several devices", linear)
+        _skip("operands on several devices", linear)
+        return None
     if any(v.is_sparse or v.is_quantized for v in vals):  # type: ignore[union-attr]
-        return _skip("sparse or quantized operands", linear)
+        _skip("sparse or quantized operands", linear)
+        return None
 
     # Pre-grad IR is not functional: the rewrite reads the parts where the
     # linear was, so nothing in between may write to them.
     index = index or GraphIndex(linear.graph)
     between = index.mutations(cat.next, linear)
     if between:
-        return _skip(f"possible mutation {between[0]} between cat and linear", linear)
+        _skip(f"possible mutation {between[0]} between cat and linear", linear)
+        return None
     # Autograd then saves the parts where stock saved the cat, so a later
     # in-place write to a part or a view of one would corrupt the backward.
     storages = {_storage(p) for p in parts}
@@ -373,7 +386,8 @@ def match_cat_linear(
         if None in storages or any(
             _storage(i) in storages or _storage(i) is None for i in node.all_input_nodes
         ):
-            return _skip(f"possible mutation {node} of a part after the linear", linear)
+            _skip(f"possible mutation {node} of a part after the linear", linear)
+            return None
     return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
 
 
@@ -406,19 +420,25 @@ class CatLinearRule:
         if match is None:
             return None
         if len(match.parts) > MAX_PARTS or min(match.widths) < MIN_PIECE_WIDTH:
-            return _skip(f"more than {MAX_PARTS} parts or a sliver", node)
+            _skip(f"more than {MAX_PARTS} parts or a sliver", node)
+            return None
         if self.form is not None:
-            return (match, self.form) if self.form != "off" else _skip("off", node)
+            if self.form == "off":
+                _skip("off", node)
+                return None
+            return match, self.form
         site = match.site()
         if site is None:
-            return _skip("no size hints", node)
+            _skip("no size hints", node)
+            return None
         ridge = cost.ridge_point(site.device, site.dtype)
         step = None if ridge is None else self._index.step_cost(ridge)
         decision = cost.decide(site, step)
         if decision.counter is not None:
             counters["inductor"][decision.counter] += 1
         if decision.form is None:
-            return _skip(decision.reason, node)
+            _skip(decision.reason, node)
+            return None
         log.debug(
             "cat_linear: %s %s -> %s as %s (%s)",
             node,

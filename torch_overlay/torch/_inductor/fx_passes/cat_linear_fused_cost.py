@@ -18,8 +18,7 @@ import functools
 import torch
 
 
-# Sustained fractions of the peak GEMM rate and of the peak DRAM bandwidth:
-# benchmarks/README.md, "cat_linear: the cost model".
+# Sustained fractions of the peak GEMM rate and of the peak DRAM bandwidth.
 GEMM_EFFICIENCY = 0.65
 COPY_EFFICIENCY = 0.87
 
@@ -31,19 +30,19 @@ _FLOPS_PER_SM_CLOCK = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
 MARGIN = 1.1
 # Best case from which the in-place GEMM is taken without a benchmark: its
 # Triton kernel trails cuBLAS on a ready input by up to this much at whole-K
-# -tile sites (benchmarks/README.md, "cat_linear: the cost model").
+# -tile sites.
 MM_WITHOUT_BENCHMARK = 1.3
 # Least share of its graph's step a site must save to be worth a kernel
-# compile of its own (benchmarks/README.md, "cat_linear: compile time").
+# compile of its own.
 MIN_STEP_SHARE = 0.05
 # The in-place GEMM's K tile: pieces of whole tiles run unmasked.
 BLOCK_K = 64
 # Widest piece for which the one-loop kernel runs; at a compute-bound GEMM it
 # trails cuBLAS too far to be taken without a benchmark.
 ONE_LOOP_MAX_WIDTH = 256
-# The CPU rule (benchmarks/README.md, "cat_linear: CPU rule"): the "view" form
-# pays forward+backward from this many rows, pieces this wide, and this share
-# of K written by in-graph pointwise producers.
+# The CPU rule: the "view" form pays forward+backward from this many rows,
+# pieces this wide, and this share of K written by in-graph pointwise
+# producers.
 CPU_MIN_ROWS = 256
 CPU_MIN_PIECE_WIDTH = 64
 CPU_MIN_PRODUCED_SHARE = 1 / 3

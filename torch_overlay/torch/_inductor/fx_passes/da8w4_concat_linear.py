@@ -9,8 +9,7 @@ Every call re-reads the quantized activation and synchronizes its threads, so
 one call on weights concatenated along N followed by a split saves that per-call
 cost.  Fused and separate calls read the same packed bytes and do the same work,
 so the gain is large only where a step is short (small M, the weight in cache)
-and about nothing where the weight streams from DRAM; the measured ratios are in
-benchmarks/README.md, "da8w4 concat-linear".
+and about nothing where the weight streams from DRAM.
 
 This pass rewrites::
 
@@ -50,11 +49,10 @@ Decisions:
 * A compatible group is declined when the contiguous copies its split outputs
   would need cost more than the calls it saves (``SAVED_BYTES_PER_CALL`` per
   saved call, on the size hint of M, scaled by threads / 2 from 2 threads
-  up): QKV returned as graph outputs fuses at M=1 (no copy) and M=4, not at
-  M >= 32 on 2 threads, up to M = 85 on 16; gate/up read in place fuses.
+  up): QKV returned as graph outputs fuses at small M only; gate/up read in
+  place fuses.
 * A group with ``MAX_FUSED_ROWS`` rows or more is declined whatever its
-  copies: the saved calls are a fixed few microseconds against milliseconds
-  of work there, and gate/up fused measured slower at 16 threads.
+  copies: the saved calls are a fixed cost against much more work there.
 * The old constants are removed from the graph module once nothing uses them,
   so the frozen module does not keep the unfused copies alive next to the
   concatenated ones.
@@ -126,8 +124,8 @@ _LAYOUT_SENSITIVE_OPS = OrderedSet(
 )
 _MAX_VIEW_CHAIN = 8
 
-# Measurement seam for benchmarks/da8w4_concat_linear_cpu.py: when True, every
-# split output is cloned to a contiguous tensor (what torchao's pass does).
+# For measurements: when True, every split output is cloned to a contiguous
+# tensor (what the assigning pass did).
 _always_clone_outputs = False
 
 
@@ -318,24 +316,17 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
-# What one avoided call is worth, in bytes of output copy, at 1-2 threads:
-# about 10 us per call saved (2 threads) at the ~12.6 GB/s a split-output clone
-# runs at on the measured CPU (benchmarks/README.md, "da8w4 concat-linear").
-# More threads make both the copies and the saved calls count differently: at 16
-# threads on an AMX Xeon, QKV fused with its copies paid 1.05-1.11x at M = 16-128
-# (copies up to 3 MiB), which the 2-thread figure declined.  So the figure
-# grows with threads / 2 (``saved_bytes_per_call``): 1 MiB at 16 threads,
-# still short of the 1.5 MiB per call that M = 128 showed (conservative).
+# What one avoided call is worth, in bytes of output copy, at 1-2 threads: the
+# time a call costs beyond its work, at the speed a split-output clone runs.
+# With more threads a saved call is worth more copy bytes, so the figure grows
+# with threads / 2 (``saved_bytes_per_call``), conservatively.
 SAVED_BYTES_PER_CALL = 128 * 1024
 
 
 # Rows (the product of M's dims, on its size hint) from which a group is left
 # alone even when its split outputs are read in place.  What fusing saves is a
-# fixed per-call cost (about 10 us at 2 threads), nothing of the op's work: at
-# 256 rows a gate/up call takes 17 ms at 16 threads and 35 ms at 512.  There
-# the fused gate/up measured slower on an AMX Xeon at 16 threads: 0.968x at
-# M=256 and 0.851-0.977x at M=512 in four runs; 1.000-1.006x at 1-2 threads
-# (benchmarks/README.md, "da8w4 concat-linear").  No mechanism was found.
+# fixed per-call cost, nothing of the op's work, and from here the fused
+# gate/up was slower with many threads (no mechanism was found).
 MAX_FUSED_ROWS = 256
 
 
@@ -399,13 +390,13 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
 
     One call instead of several reads the quantized activation once and
     synchronizes the threads once.  Fused and separate calls read the same
-    packed weight and do the same work, so that is all fusion saves
-    (benchmarks/README.md, "da8w4 concat-linear").  What it can cost is the
-    copy of split outputs that a consumer needs contiguous (graph outputs,
-    say), which made large-M groups slower there.  So a group is fused unless those copies are
-    worth more than the calls it saves (``saved_bytes_per_call()``, which
-    grows with the thread count), judged on the size hint of M; a split whose
-    outputs are read in place pays, below ``MAX_FUSED_ROWS`` rows.
+    packed weight and do the same work, so that is all fusion saves.  What it
+    can cost is the copy of split outputs that a consumer needs contiguous
+    (graph outputs, say), which makes large-M groups slower.  So a group is
+    fused unless those copies are worth more than the calls it saves
+    (``saved_bytes_per_call()``, which grows with the thread count), judged on
+    the size hint of M; a split whose outputs are read in place pays, below
+    ``MAX_FUSED_ROWS`` rows.
     """
     if len(linears) < 2:
         log.debug(
@@ -551,6 +542,7 @@ class Da8w4ConcatLinearMatch:
     def replace(self) -> None:
         graph = self.gm.graph
         op = self.linears[0].node.target
+        assert callable(op)
         first = self.linears[0].node
         args0 = self.linears[0].args
         act = args0["input"]

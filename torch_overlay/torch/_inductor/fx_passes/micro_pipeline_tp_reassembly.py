@@ -1,53 +1,38 @@
-"""Slice/cat reassembly of tensor-parallel collectives, for micro-pipeline TP.
+"""Range proofs for micro-pipeline TP's slice/cat matchers.
 
-Graph-level chunking can rebuild the layout of a collective with ``slice`` and
-``cat`` instead of the ``split``/``getitem``/``cat`` that
-``funcol.all_gather_single`` and ``funcol.reduce_scatter_single`` trace to::
+Graph-level chunking can rebuild a collective's layout with ``slice`` and
+``cat`` instead of the ``split``/``cat`` that funcol traces to::
 
-    # all-gather along gather_dim d (the all-gather itself stacks shards on dim 0)
+    # all-gather along d (the all-gather itself stacks the shards on dim 0)
     y = wait_tensor(all_gather_into_tensor(shard, group_size, group_name))
     A = cat([slice(y, 0, i * c, (i + 1) * c) for i in range(group_size)], d)
 
-    # reduce-scatter along scatter_dim d (the reduce-scatter itself splits dim 0)
-    y = mm(...)
-    out = wait_tensor(reduce_scatter_tensor(
-        cat([slice(y, d, i * c, (i + 1) * c) for i in range(group_size)], 0),
-        reduce_op, group_size, group_name))
+    # reduce-scatter along d (the reduce-scatter itself splits dim 0)
+    out = wait_tensor(
+        reduce_scatter_tensor(
+            cat([slice(y, d, i * c, (i + 1) * c) for i in range(group_size)], 0),
+            reduce_op,
+            group_size,
+            group_name,
+        )
+    )
 
-Such a subgraph is the canonical collective only when the slices are exactly
-the ``group_size`` equal chunks of one source, in rank order, with step 1,
-covering the whole dimension (and a trailing trim, if any, keeps all of it).
-Anything else (swapped, duplicated, partial, strided, overlapping or unequal
-chunks, the wrong chunk count, a real trim) computes something different, and
-fusing it into ``symm_mem.fused_all_gather_matmul`` /
-``fused_matmul_reduce_scatter`` would silently miscompile.
-
-Where upstream has a slice/cat path (``_match_slice_cat_all_gather`` /
-``_match_slice_cat_reduce_scatter`` in ``micro_pipeline_tp.py``), it checks
-the structure (one source, slice nodes, the collective's arguments) and then
-calls ``prove_all_gather_reassembly`` / ``prove_reduce_scatter_reassembly``
-at the point where it decides to return a match: the proof is part of
-upstream's own matcher, not a second walk over the graph.  Everything else
-stays upstream's: which users a match may have, and whether fusing pays, is
-decided by the ``fuse_*`` step as for every other pattern.
-
-On bases without that path (2.11) ``find_all_gather_reassembly`` /
-``find_reduce_scatter_reassembly`` add the same structure check in front of
-the same proof, with upstream's contract for what is found.
-
-``count_fused_reassembly`` is called once a ``fuse_*`` step has rewritten a
-match: ``counters["inductor"]["micro_pipeline_tp_slice_cat"]`` counts fusions
-through a slice/cat reassembly, ``..._rejected`` the reassemblies declined
-(each with a ``skipping micro_pipeline_tp_slice_cat: <reason>`` debug line).
-Nothing here guards on symbolic sizes: what cannot be proven is declined.
+That is the collective only when the slices are exactly the ``group_size``
+equal chunks of one source, in rank order, with step 1, covering the whole
+dim (and a trim of the cat keeps all of it).  Anything else computes
+something different, and fusing it into ``symm_mem.fused_all_gather_matmul``
+or ``fused_matmul_reduce_scatter`` would miscompile.  The matchers in
+``micro_pipeline_tp.py`` check the structure, then call
+``prove_all_gather_reassembly`` / ``prove_reduce_scatter_reassembly`` where
+they would return a match.  Nothing here adds guards: what cannot be proven
+is declined.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, TYPE_CHECKING
 
 import torch
 import torch.fx
@@ -55,24 +40,22 @@ from torch._dynamo.utils import counters
 from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 FEATURE = "micro_pipeline_tp_slice_cat"
 
-IntLike = Union[int, torch.SymInt]
+IntLike = int | torch.SymInt
 
 _INT64_MAX = 2**63 - 1
 
 
-def _c10d() -> Any:
-    # Looked up lazily: the functional collectives are only registered on
-    # builds with torch.distributed.
-    return torch.ops._c10d_functional
-
-
 def _skip(reason: str, *args: object) -> None:
-    log.debug("skipping %s: " + reason, FEATURE, *args)
+    log.debug("skipping %s: %s", FEATURE, reason % args)
     counters["inductor"][f"{FEATURE}_rejected"] += 1
 
 
@@ -405,170 +388,10 @@ def prove_reduce_scatter_reassembly(
 
 def count_fused_reassembly(match: object) -> None:
     """Called by the ``fuse_*`` steps after a rewrite: count it when the
-    match came through a slice/cat reassembly."""
-    # Upstream's split/getitem patterns have no slice node; every slice/cat
-    # match (a node list, or a reassembly here) has its chunks' slices.
+    match came through a slice/cat reassembly (the split/getitem patterns
+    have no slice node)."""
     nodes = getattr(match, "nodes", match)
     if isinstance(nodes, (list, tuple)) and any(
         isinstance(n, torch.fx.Node) and n.target is aten.slice.Tensor for n in nodes
     ):
         counters["inductor"][FEATURE] += 1
-
-
-# Bases whose micro_pipeline_tp has no slice/cat path of its own (2.11): the
-# structure check upstream's path makes, in front of the same proof.
-
-
-@dataclass
-class AllGatherReassembly:
-    """``[trim](cat(slices of wait(all_gather_into_tensor(shard))))``, proven
-    canonical.  Stands in for ``pattern_matcher.Match`` in
-    ``_AllGatherMatch.match``: ``nodes`` lists the matched nodes in graph
-    order, which is all ``erase()`` reads."""
-
-    ag_node: torch.fx.Node
-    wait_node: torch.fx.Node
-    shard_node: torch.fx.Node
-    slice_nodes: list[torch.fx.Node]
-    cat_node: torch.fx.Node
-    trim_node: torch.fx.Node | None
-    gather_dim: int
-    group_name: Any
-
-    @property
-    def res_node(self) -> torch.fx.Node:
-        return self.trim_node if self.trim_node is not None else self.cat_node
-
-    @property
-    def nodes(self) -> list[torch.fx.Node]:
-        trim = [self.trim_node] if self.trim_node is not None else []
-        return [
-            self.ag_node,
-            self.wait_node,
-            *dict.fromkeys(self.slice_nodes),
-            self.cat_node,
-            *trim,
-        ]
-
-
-@dataclass
-class ReduceScatterReassembly:
-    """``wait(reduce_scatter_tensor(cat(slices of input, dim=0)))``, proven
-    canonical.  Stands in for ``Match`` in ``_ReduceScatterMatch.match``."""
-
-    input_node: torch.fx.Node
-    slice_nodes: list[torch.fx.Node]
-    cat_node: torch.fx.Node
-    reduce_scatter_node: torch.fx.Node
-    wait_tensor_node: torch.fx.Node
-    reduce_op: Any
-    scatter_dim: int
-    group_name: Any
-
-    @property
-    def nodes(self) -> list[torch.fx.Node]:
-        return [
-            *dict.fromkeys(self.slice_nodes),
-            self.cat_node,
-            self.reduce_scatter_node,
-            self.wait_tensor_node,
-        ]
-
-
-def _is_call(node: Any, target: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and node.target is target
-
-
-def find_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | None:
-    """``node`` (a cat, or a slice of one) as a proven all-gather reassembly.
-    Found regardless of other users, as upstream's slice/cat path does: the
-    fuse step decides what users it can take."""
-    c10d = _c10d()
-    trim_node = None
-    cat_node = node
-    if _is_call(node, aten.slice.Tensor) and _is_call(node.args[0], aten.cat.default):
-        trim_node, cat_node = node, node.args[0]
-    if not _is_call(cat_node, aten.cat.default):
-        return None
-    slice_nodes = cat_node.args[0]
-    if not isinstance(slice_nodes, (list, tuple)) or len(slice_nodes) == 0:
-        return None
-    if not all(
-        _is_call(s, aten.slice.Tensor)
-        and _is_call(s.args[0], c10d.wait_tensor.default)
-        and _is_call(s.args[0].args[0], c10d.all_gather_into_tensor.default)
-        for s in slice_nodes
-    ):
-        return None  # not an all-gather reassembly at all
-    wait_node = slice_nodes[0].args[0]
-    if any(s.args[0] is not wait_node for s in slice_nodes):
-        _skip("%s reassembles slices of different all-gathers", cat_node)
-        return None
-    ag_node = wait_node.args[0]
-    shard_node = ag_node.args[0]
-    group_name = _arg(ag_node, 2, "group_name")
-    if not isinstance(shard_node, torch.fx.Node) or group_name is None:
-        _skip("%s has no shard or group name", ag_node)
-        return None
-    gather_dim = prove_all_gather_reassembly(ag_node, slice_nodes, cat_node, trim_node)
-    if gather_dim is None:
-        return None
-    return AllGatherReassembly(
-        ag_node=ag_node,
-        wait_node=wait_node,
-        shard_node=shard_node,
-        slice_nodes=list(slice_nodes),
-        cat_node=cat_node,
-        trim_node=trim_node,
-        gather_dim=gather_dim,
-        group_name=group_name,
-    )
-
-
-def find_reduce_scatter_reassembly(
-    node: torch.fx.Node,
-) -> ReduceScatterReassembly | None:
-    """``node`` (a wait_tensor) as a proven reduce-scatter reassembly."""
-    c10d = _c10d()
-    if not _is_call(node, c10d.wait_tensor.default):
-        return None
-    rs_node = node.args[0]
-    if not _is_call(rs_node, c10d.reduce_scatter_tensor.default):
-        return None
-    cat_node = rs_node.args[0]
-    if not _is_call(cat_node, aten.cat.default):
-        return None
-    slice_nodes = cat_node.args[0]
-    if (
-        not isinstance(slice_nodes, (list, tuple))
-        or len(slice_nodes) == 0
-        or not all(_is_call(s, aten.slice.Tensor) for s in slice_nodes)
-    ):
-        return None  # e.g. the split/getitem form that upstream matches
-    reduce_op = _arg(rs_node, 1, "reduce_op")
-    group_name = _arg(rs_node, 3, "group_name")
-    if reduce_op is None or group_name is None:
-        _skip("%s has no reduce op or group name", rs_node)
-        return None
-    scatter_dim = prove_reduce_scatter_reassembly(rs_node, slice_nodes, cat_node)
-    if scatter_dim is None:
-        return None
-    return ReduceScatterReassembly(
-        input_node=slice_nodes[0].args[0],
-        slice_nodes=list(slice_nodes),
-        cat_node=cat_node,
-        reduce_scatter_node=rs_node,
-        wait_tensor_node=node,
-        reduce_op=reduce_op,
-        scatter_dim=scatter_dim,
-        group_name=group_name,
-    )
-
-
-def only_used_by_reassembly(node: torch.fx.Node, match: object) -> bool:
-    """Whether every user of ``node`` (a matmul output) is one of the nodes of
-    the reduce-scatter reassembly ``match``: the fusion removes them all, as
-    upstream's own check allows where it has a slice/cat path."""
-    return isinstance(match, ReduceScatterReassembly) and all(
-        user in match.nodes for user in node.users
-    )

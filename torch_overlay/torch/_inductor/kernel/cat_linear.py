@@ -299,6 +299,7 @@ def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     widths = [_static_int(p.get_size()[1]) for p in parts]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     choices: list[Any] = []
+    nodes: list[Any] = []
     if (
         layout.device.type == "cuda"
         and layout.dtype in (torch.float16, torch.bfloat16)
@@ -316,7 +317,7 @@ def tuned_cat_addmm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
             return lowerings[aten.mm.default](cat, mat2)
         return lowerings[aten.addmm.default](bias, cat, mat2)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
-    # 2.13+ returns (node, choice)
+    # (node, choice) where autotune_select_algorithm returns the choice too
     return result[0] if isinstance(result, tuple) else result
 
 
