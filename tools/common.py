@@ -87,6 +87,8 @@ class PatchMeta:
     docs: tuple[str, ...] = ()
     results: str = ""
     upstream: UpstreamMeta | None = None
+    # False: the patch only adds files (``hooks = false``): no hook is looked for, and one found is an error
+    hooks: bool = True
 
     def ships_on(self, path: str, base: str) -> bool:
         return base in dict(self.only).get(path, (base,))
@@ -178,6 +180,7 @@ def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:
                     docs=tuple(p.get("docs", ())),
                     results=p.get("results", ""),
                     upstream=_upstream(p.get("upstream"), where),
+                    hooks=bool(p.get("hooks", True)),
                 )
             )
         except KeyError as e:

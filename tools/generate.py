@@ -141,11 +141,14 @@ def build_series_commits(base: str, ps: Patchset, sources: Sources, base_tree: P
     owners: dict[str, str] = {}
     for i, patch in enumerate(series):
         diff = sources.hook_diff(patch, base, ps)
+        if diff is not None and not patch.hooks:
+            raise PatchsetError(diff, f"{patch.name} is declared without hooks (hooks = false in patchset.toml) "
+                                      "but has this hook diff: delete it or drop hooks = false")
         if diff is not None:
             r = gitutil.git("apply", "--cached", "--whitespace=nowarn", "-p1", diff.resolve(), cwd=repo, env=env, check=False)
             if not r.ok:
                 raise PatchsetError(diff, hook_failure(diff, patch, base, ps, sources, repo, env, r.output, [p.name for p in series[:i]]))
-        else:
+        elif patch.hooks:
             warn(f"warning: {sources.rel(sources.hooks_dir / patch.name)}/: no hook diff for {patch.name} on {base} (neither "
                  f"{SHARED_HOOK} nor {sources.override_hook(patch, base).name} nor an override it inherits); the patch only "
                  "adds its new files")

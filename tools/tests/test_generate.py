@@ -80,6 +80,23 @@ def test_generate_warns_on_missing_hook_diff(fake_patchset):
     assert re.findall(r"^diff --git a/(\S+) ", text, re.M) == ["test/inductor/test_gamma.py", "torch/_inductor/gamma.py"]
 
 
+def test_generate_hookless_patch_declared(fake_patchset):
+    # hooks = false: a patch that only adds files says so; no warning, and a hook diff is an error
+    toml = fake_patchset.root / "patchset.toml"
+    text = toml.read_text()
+    gamma = text.index('name = "inductor-gamma"')
+    toml.write_text(text[:gamma] + "hooks = false\n" + text[gamma:])
+    msgs = []
+    generate_mod.generate(fake_patchset.sources, ["2.13.0"], fake_patchset.cache, warn=msgs.append)
+    assert not any("no hook diff" in m for m in msgs)
+    hook = fake_patchset.root / "hooks/inductor-gamma/hook.diff"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    hook.write_text((fake_patchset.root / "hooks/inductor-alpha/hook.diff").read_text())
+    with pytest.raises(PatchsetError) as ei:
+        generate_mod.generate(fake_patchset.sources, ["2.13.0"], fake_patchset.cache, warn=msgs.append)
+    assert "hooks = false" in ei.value.reason
+
+
 def test_generate_missing_overlay_is_an_error_and_leaves_patches(fake_generated):
     fp = fake_generated
     snap = dir_bytes(fp.patches_dir)
