@@ -133,8 +133,8 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
         why = f"torch {have}" if have and have.partition("+")[0] != base else "no torch" if have is None \
             else "its requirement files changed"
         rel = req.relative_to(sources.root) if req.is_relative_to(sources.root) else req
-        progress(f"v{base}: pip install -r {rel} into {venv} ({why}; a CUDA build of torch from PyPI brings "
-                 f"about 2.5 GB of nvidia-* wheels to download the first time, 5 GB on disk, a few minutes)")
+        progress(f"v{base}: pip install -r {rel} into {venv} ({why}; where pip resolves torch to PyPI's CUDA "
+                 "build, about 2.5 GB of nvidia-* wheels come with it the first time, 5 GB on disk, a few minutes)")
         wheels = wheels_dir(cache_dir)
         cmd = [str(py), "-m", "pip", "install", "-q", *(["--find-links", str(wheels)] if wheels.is_dir() else []),
                "-r", str(req)]
