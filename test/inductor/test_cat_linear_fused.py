@@ -38,6 +38,12 @@ def relu_cat_linear(a, b, w, bias=None):
     return F.linear(torch.cat([torch.relu(a), b], dim=-1), w, bias)
 
 
+def produced_cat_linear(a, b, w, bias=None):
+    # Both pieces made in the graph: forward+backward, the caller cannot write
+    # to what the rewrite saves.
+    return F.linear(torch.cat([torch.relu(a), b * 2.0], dim=-1), w, bias)
+
+
 def make_inputs(
     lead, widths, n, dtype=torch.float32, device="cpu", bias=True, grad=True
 ):
@@ -123,7 +129,7 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_parity(self, form, dtype):
         for lead, bias in (((6,), False), ((2, 5), True)):
             args = make_inputs(lead, (16, 24), 16, dtype=dtype, bias=bias)
-            self.common(relu_cat_linear, args, 1, form=form)
+            self.common(produced_cat_linear, args, 1, form=form)
 
     @parametrize("form", ["view", "mm"])
     def test_cat_linear_parity_dynamic(self, form):
@@ -131,14 +137,14 @@ class CatLinearFusedTest(TestCase):
             args = make_inputs(lead, (16, 24), 16)
             for a in args[:2]:
                 torch._dynamo.mark_dynamic(a, 0)
-            self.common(relu_cat_linear, args, 1, form=form)
+            self.common(produced_cat_linear, args, 1, form=form)
 
     @parametrize(
         "variant",
         ["concat", "concatenate", "positive_dim", "kwargs", "c_nn_linear", "module"],
     )
     def test_cat_linear_spellings(self, variant):
-        lin = torch.nn.Linear(64, 8, bias=False)
+        lin = torch.nn.Linear(64, 8, bias=False).requires_grad_(False)
 
         def fn(a, b, c, w):
             if variant == "concat":
@@ -159,7 +165,7 @@ class CatLinearFusedTest(TestCase):
                 return lin(x)
             return F.linear(x, w)
 
-        a, b, c, w = make_inputs((2, 3), (16, 32, 16), 8, bias=False)
+        a, b, c, w = make_inputs((2, 3), (16, 32, 16), 8, bias=False, grad=False)
         self.common(fn, [a, b, c, w], 1, form="view")
 
     def test_cat_linear_mm_lowers_to_stock_on_cpu(self):
@@ -190,7 +196,8 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_forced_off(self):
         # The CPU rule would take this site (see test_cat_linear_cpu_rule).
-        self.common(relu_cat_linear, make_inputs((300,), (64, 64), 16), 0, form="off")
+        args = make_inputs((300,), (64, 64), 16)
+        self.common(produced_cat_linear, args, 0, form="off")
 
     def test_cat_linear_bad_form(self):
         with self.assertRaisesRegex(ValueError, "form"):
@@ -254,11 +261,67 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_mutation_elsewhere_after_linear(self):
         def fn(a, b, w):
-            a = a * 1.0
+            a, b = a * 1.0, b * 1.0
             y = F.linear(torch.cat([a, b], dim=-1), w)
             return F.relu(y * 1.0, True)
 
         self.common(fn, make_inputs((4,), (16, 16), 16, bias=False), 1, form="view")
+
+    @parametrize("form", ["view", "mm", None])
+    def test_cat_linear_caller_writes_part_before_backward(self, form):
+        # The rewrite saves the parts where stock saved a fresh cat: a part the
+        # caller can reach (an input, or returned) and write to between
+        # forward and backward must stay in the cat.
+        def from_input(a, b, w):
+            return (relu_cat_linear(a, b, w),)
+
+        def returned(a, b, w):
+            p = b * 2.0
+            return relu_cat_linear(a, p, w), p
+
+        for fn in (from_input, returned):
+
+            def run(f, args):
+                outs = f(*args)
+                with torch.no_grad():
+                    (outs[-1] if fn is returned else args[1]).add_(1.0)
+                outs[0].sum().backward()
+                return args[2].grad
+
+            args = make_inputs((300,), (64, 64), 16, bias=False)
+            ref_args = [a.detach().clone().requires_grad_() for a in args]
+            counters.clear()
+            torch._dynamo.reset()
+            with fusion(form):
+                got = run(torch.compile(fn), args)
+            self.assertEqual(counters["inductor"]["cat_linear"], 0)
+            self.assertEqual(got, run(fn, ref_args), **TOL[torch.float32])
+
+    @parametrize("form", ["view", "mm"])
+    def test_cat_linear_chained_sites(self, form):
+        # The inner site's output is a part of the outer one: rewriting it
+        # first must leave the outer site reading the new node.
+        def fn(a, b, c, w1, w2):
+            h = cat_linear(a, b, w1)
+            return h + cat_linear(h, c, w2)
+
+        args = [torch.randn(8, 16) for _ in range(3)]
+        args += [torch.randn(16, 32), torch.randn(16, 32)]
+        self.common(fn, args, 2, form=form)
+
+        # The explicit call matches both sites before it rewrites either.
+        gm = torch.fx.symbolic_trace(fn)
+
+        class RecordVals(torch.fx.Interpreter):
+            def run_node(self, node):
+                node.meta["val"] = super().run_node(node)
+                return node.meta["val"]
+
+        RecordVals(gm).run(*args)
+        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(gm.graph), 2)
+        gm.recompile()
+        FileCheck().check_not("torch.cat").run(gm.code)
+        self.assertEqual(gm(*args), fn(*args), **TOL[torch.float32])
 
     def test_cat_linear_graph_index_matches_walk(self):
         # Every query answers as a walk of the graph does, also from a node
@@ -306,22 +369,31 @@ class CatLinearFusedTest(TestCase):
     # ---- the decision ---------------------------------------------------------
 
     def test_cat_linear_cpu_rule(self):
-        # forward+backward, >= 256 rows, a produced share >= 1/3, pieces >= 64
-        self.common(relu_cat_linear, make_inputs((300,), (64, 64), 16), 1)
+        # forward+backward, >= 256 rows, a produced share >= 1/3, pieces >= 64,
+        # float32
+        self.common(produced_cat_linear, make_inputs((300,), (64, 64), 16), 1)
         self.assertEqual(counters["inductor"]["cat_linear_cpu_rule"], 1)
         for args in (
             make_inputs((300,), (64, 64), 16, grad=False),  # forward only
             make_inputs((100,), (64, 64), 16),  # too few rows
             make_inputs((300,), (32, 32), 16),  # narrow pieces
+            make_inputs((300,), (64, 64), 16, torch.bfloat16),  # not float32
         ):
-            self.common(relu_cat_linear, args, 0)
-        self.common(cat_linear, make_inputs((300,), (64, 64), 16), 0)  # no producer
+            self.common(produced_cat_linear, args, 0)
+        self.assertEqual(counters["inductor"]["cat_linear_cpu_rule"], 0)
 
     def test_cat_linear_cpu_rule_rows_are_hints(self):
         args = make_inputs((2, 150), (64, 64), 16)
         torch._dynamo.mark_dynamic(args[0], 1)
         torch._dynamo.mark_dynamic(args[1], 1)
-        self.common(relu_cat_linear, args, 1)
+        self.common(produced_cat_linear, args, 1)
+
+    def test_cat_linear_cpu_rule_dynamic_out_features(self):
+        # The decision reads N's hint: no guard, no specialization.
+        args = make_inputs((300,), (64, 64), 16)
+        torch._dynamo.mark_dynamic(args[2], 0)
+        torch._dynamo.mark_dynamic(args[3], 0)
+        self.common(produced_cat_linear, args, 1)
 
     @parametrize(
         "widths,n,rows,produced,grad,form,reason",
@@ -504,7 +576,7 @@ class CatLinearFusedTest(TestCase):
             ((256,), (64, 64), 96),  # one loop
             ((2, 100), (64, 128, 64), 130),  # one loop, 3-D, odd M and N
             ((256,), (320, 384), 256),  # per piece
-            ((256,), (40, 24, 8, 72), 64),  # masked K tails, four pieces
+            ((256,), (40, 24, 16, 72), 64),  # masked K tails, four pieces
         ],
     )
     def test_cat_linear_cuda_template_parity(self, dtype, lead, widths, n):

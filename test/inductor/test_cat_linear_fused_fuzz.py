@@ -9,10 +9,12 @@ fusion's own decision, the compiled program either leaves the site alone
 forward and backward.  Every compiled result is compared with eager whether
 or not the fusion fired.
 
-Cases vary the part count and widths (not only multiples of 8), 2-D and 3-D
-inputs, fp32/bf16/fp16, bias or none, the parts' producers (pointwise ops,
-views, slices, transposes), in-place ops on a part or on the cat before or
-after the cat/linear, other users of a part or of the cat, and dynamic
+Cases vary the part count and widths (not only multiples of 8, mostly within
+the fusion's gates, sometimes a sliver under them), 2-D and 3-D inputs, a few
+or a few hundred rows, fp32/bf16/fp16, bias or none, the parts' producers
+(pointwise ops, views, slices, transposes), in-place ops on a part or on the
+cat before or after the cat/linear, or by the caller on an input between
+forward and backward, other users of a part or of the cat, and dynamic
 leading sizes.
 
 The seed is fixed (derandomized); INDUCTOR_FUZZ_LONG=1 runs 10x as many
@@ -64,6 +66,7 @@ INPLACE = (
     "part_after",  # p.add_(1) after the linear
     "cat_between",  # x.mul_(0.5) on the cat before the linear
     "cat_after",  # x.add_(1) on the cat after the linear
+    "caller_after",  # the caller's x.add_(1) on an input after the forward
 )
 OTHER_USERS = (None, "part", "cat")
 FORCES = ["view", "mm", None]
@@ -177,12 +180,17 @@ if HAS_HYPOTHESIS:
     @st.composite
     def cases(draw, device="cpu", forces=FORCES):
         n_parts = draw(st.integers(2, 4))
-        widths = tuple(
-            draw(st.lists(st.integers(1, 40), min_size=n_parts, max_size=n_parts))
+        widths = draw(
+            st.lists(st.integers(16, 128), min_size=n_parts, max_size=n_parts)
         )
+        if draw(st.integers(0, 3)) == 0:  # a sliver under MIN_PIECE_WIDTH
+            widths[draw(st.integers(0, n_parts - 1))] = draw(st.integers(1, 15))
         dynamic = draw(st.booleans())
         lo = 2 if dynamic else 1
-        lead = tuple(draw(st.lists(st.integers(lo, 6), min_size=1, max_size=2)))
+        if draw(st.integers(0, 3)) == 0:  # rows enough for the CPU rule
+            lead = (draw(st.integers(256, 320)),)
+        else:
+            lead = tuple(draw(st.lists(st.integers(lo, 6), min_size=1, max_size=2)))
         dtypes = [torch.float32, torch.bfloat16, torch.float16]
         producers = tuple(
             draw(
@@ -190,15 +198,16 @@ if HAS_HYPOTHESIS:
             )
         )
         return Case(
-            widths=widths,
+            widths=tuple(widths),
             lead=lead,
             n=draw(st.integers(1, 24)),
             dtype=draw(st.sampled_from(dtypes)),
             bias=draw(st.booleans()),
             producers=producers,
-            inplace=draw(st.sampled_from(INPLACE)),
+            # about half the cases plain, so that most of them can rewrite
+            inplace=draw(st.sampled_from(INPLACE + (None,) * 5)),
             inplace_part=draw(st.integers(0, n_parts - 1)),
-            other_user=draw(st.sampled_from(OTHER_USERS)),
+            other_user=draw(st.sampled_from(OTHER_USERS + (None,) * 3)),
             user_part=draw(st.integers(0, n_parts - 1)),
             dynamic=dynamic,
             grad=draw(st.booleans()),
@@ -245,11 +254,20 @@ def _in_hypothesis():
     return currently_in_test_context()
 
 
-def eager_run(fn, args, grad):
+def caller_writes(case, args):
+    """What the caller does between forward and backward."""
+    if case.inplace == "caller_after":
+        with torch.no_grad():
+            args[case.inplace_part].add_(1.0)
+
+
+def eager_run(fn, args, grad, case=None):
     """Eager outputs (and input grads); None when eager itself rejects the
     program (an in-place op on a tensor autograd saved)."""
     try:
         outs = fn(*args)
+        if case is not None:
+            caller_writes(case, args)
         grads = None
         if grad:
             gs = [torch.randn_like(o) for o in outs]
@@ -267,13 +285,14 @@ class CatLinearFusedFuzzTest(TestCase):
         self.run_case(case, backend)
 
     def run_case(self, case, backend="inductor"):
+        """Check ``case`` against eager; returns the rewrite count."""
         fn = build(case)
         torch.manual_seed(0)
         args = make_inputs(case)
         ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
         cmp_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
         torch.manual_seed(1)
-        eager = eager_run(fn, ref_args, case.grad)
+        eager = eager_run(fn, ref_args, case.grad, case)
         if eager is None:
             if _in_hypothesis():
                 assume(False)
@@ -289,6 +308,7 @@ class CatLinearFusedFuzzTest(TestCase):
         with inductor_config.patch(pre_grad_fusion_options={"cat_linear": options}):
             compiled = torch.compile(fn, backend=backend)
             outs = compiled(*cmp_args)
+            caller_writes(case, cmp_args)
             fired = counters["inductor"]["cat_linear"]
             if _in_hypothesis():
                 event(f"force={case.force} rewrote={bool(fired)}")
@@ -299,7 +319,11 @@ class CatLinearFusedFuzzTest(TestCase):
                 )
             if case.inplace == "part_between":
                 self.assertEqual(fired, 0, msg=f"rewrote across a mutation: {case}")
-            if case.inplace == "part_after":
+            if case.inplace == "part_after" or (
+                case.inplace == "caller_after"
+                and case.grad
+                and case.producers[case.inplace_part] in VIEW_PRODUCERS
+            ):
                 # the per-piece GEMMs would save the part the mutation changes
                 self.assertEqual(
                     fired, 0, msg=f"rewrote before a part's mutation: {case}"
@@ -343,12 +367,31 @@ class CatLinearFusedFuzzTest(TestCase):
                         self.assertEqual(
                             o, r, **tol, msg=f"second size differs: {case}"
                         )
+        return fired
 
     # Many cases through the pre-grad passes + AOTAutograd (cheap), a few
     # through the whole Inductor compile (a C++ or Triton compile per case).
 
-    @fuzz_settings(25 * SCALE)
+    @fuzz_settings(40 * SCALE)
     @given(case=cases())
+    # the default decision's CPU rule, with a dynamic leading size
+    @example(
+        case=Case(
+            widths=(64, 96),
+            lead=(300,),
+            n=24,
+            dtype=torch.float32,
+            bias=True,
+            producers=("relu", "mul"),
+            inplace=None,
+            inplace_part=0,
+            other_user=None,
+            user_part=0,
+            dynamic=True,
+            grad=True,
+            force=None,
+        )
+    )
     def test_cat_linear_fused_fuzz_pre_grad_cpu(self, case):
         self.check_case(case, backend=pre_grad_aot_eager)
 
@@ -382,26 +425,51 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
     # Found by this fuzzer: an in-place op on a cat part after the linear,
     # forward+backward.  Eager saves the cat for the weight gradient; the
     # per-piece forms would save the part, which the later add_ modifies (the
-    # compile failed in AOTAutograd).  The pass now leaves such sites alone.
+    # compile failed in AOTAutograd).  The pass now leaves such sites alone;
+    # without the add_ it rewrites them.
     def test_cat_linear_fused_inplace_on_part_after_linear_backward(self):
         for force in ("view", "mm"):
-            self.run_case(
-                Case(
-                    widths=(1, 1),
-                    lead=(1,),
-                    n=1,
-                    dtype=torch.float32,
-                    bias=False,
-                    producers=("input", "input"),
-                    inplace="part_after",
-                    inplace_part=0,
-                    other_user=None,
-                    user_part=0,
-                    dynamic=False,
-                    grad=True,
-                    force=force,
-                )
+            case = Case(
+                widths=(16, 16),
+                lead=(1,),
+                n=1,
+                dtype=torch.float32,
+                bias=False,
+                producers=("mul", "relu"),
+                inplace="part_after",
+                inplace_part=0,
+                other_user=None,
+                user_part=0,
+                dynamic=False,
+                grad=True,
+                force=force,
             )
+            self.assertEqual(self.run_case(case), 0)
+            self.assertEqual(self.run_case(dataclasses.replace(case, inplace=None)), 1)
+
+    # Found by review: a part the caller owns (an input), written by the caller
+    # between forward and backward; the rewrite saved it and the weight
+    # gradient came out wrong without an error.  With the part made in the
+    # graph the default decision (the CPU rule) rewrites the site.
+    def test_cat_linear_fused_caller_writes_input_part_cpu_rule(self):
+        case = Case(
+            widths=(64, 64),
+            lead=(300,),
+            n=16,
+            dtype=torch.float32,
+            bias=True,
+            producers=("relu", "input"),
+            inplace="caller_after",
+            inplace_part=1,
+            other_user=None,
+            user_part=0,
+            dynamic=False,
+            grad=True,
+            force=None,
+        )
+        self.assertEqual(self.run_case(case, backend=pre_grad_aot_eager), 0)
+        made = dataclasses.replace(case, producers=("relu", "mul"))
+        self.assertEqual(self.run_case(made, backend=pre_grad_aot_eager), 1)
 
     # Found by this fuzzer: a 3-D site with a dynamic leading dim; the rewrite
     # computed the new nodes' fake values outside the graph's fake mode, where
@@ -409,9 +477,9 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
     # symbolic sizes/strides").
     def test_cat_linear_fused_dynamic_3d_fake_values(self):
         for force in ("view", "mm"):
-            self.run_case(
+            fired = self.run_case(
                 Case(
-                    widths=(1, 1),
+                    widths=(16, 16),
                     lead=(2, 2),
                     n=1,
                     dtype=torch.float32,
@@ -427,6 +495,7 @@ class CatLinearFusedFuzzRegressionTest(CatLinearFusedFuzzTest):
                 ),
                 backend=pre_grad_aot_eager,
             )
+            self.assertEqual(fired, 1)
 
     def test_cat_linear_fused_inplace_on_part_after_linear_cpu_rule(self):
         # the default decision (CPU rule) rewrites this site and fails the same way

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 # Gates of the explicit call (fuse_cat_linear_in_graph); the fusion keeps
 # within MAX_PARTS and MIN_PIECE_WIDTH too (more pieces or slivers never pay).
-MAX_PARTS = 4
+MAX_PARTS = cost.MAX_PARTS
 MIN_PIECE_WIDTH = 16
 MAX_TOTAL_CAT_WIDTH = 16384
 
@@ -165,21 +165,30 @@ def _storage(node: torch.fx.Node) -> Any:
 
 
 class GraphIndex:
-    """What every site asks of the whole graph, computed once: node order and
-    the possible mutations (``is_possible_mutation``).  A node inserted after
-    it was built makes a query walk the graph instead; rewrites insert only
-    nodes that cannot write, so what it knows stays true."""
+    """What every site asks of the whole graph, computed once: node order, the
+    possible mutations (``is_possible_mutation``) and the storages the caller
+    can reach (inputs, attributes, outputs).  A node inserted after it was
+    built makes a query walk the graph instead; rewrites insert only nodes
+    that cannot write and whose outputs are fresh, so what it knows stays
+    true."""
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
         self._pos: dict[torch.fx.Node, int] = {}
         self._mutation_pos: list[int] = []
         self._mutations: list[torch.fx.Node] = []
+        self.escaping: set[Any] = set()
         for i, node in enumerate(graph.nodes):
             self._pos[node] = i
             if is_possible_mutation(node):
                 self._mutation_pos.append(i)
                 self._mutations.append(node)
+            if node.op in ("placeholder", "get_attr"):
+                self.escaping.add(_storage(node))
+            elif node.op == "output":
+                for out in pytree.tree_leaves(node.args):
+                    if isinstance(out, torch.fx.Node):
+                        self.escaping.add(_storage(out))
         self._step_cost: dict[float, float] = {}
 
     def mutations(
@@ -221,10 +230,11 @@ class GraphIndex:
             k = None if a is None or a.dim() == 0 else _hint(a.shape[-1])
             if a is None or k is None or _numel_hint(a) is None:
                 continue
-            rows = numel // out.shape[-1] if out.dim() and out.shape[-1] else 0
             n = _hint(out.shape[-1]) if out.dim() else 1
+            if not n:
+                continue
             total += cost.gemm_step_cost(
-                rows, k, n or 1, out.element_size(), grad, ridge
+                numel // n, k, n, out.element_size(), grad, ridge
             )
         self._step_cost[ridge] = total
         return total
@@ -242,26 +252,38 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
 
 @dataclass
 class CatLinearMatch:
-    """``linear(cat(parts, -1), weight, bias)``; owns its rewrite."""
+    """``linear(cat(parts, -1), weight, bias)``; owns its rewrite.  The
+    operands are read from the nodes when asked: rewriting another site
+    replaces its linear, which may be a part of this one."""
 
     linear: torch.fx.Node
     cat: torch.fx.Node
-    parts: list[torch.fx.Node]
-    weight: torch.fx.Node
-    bias: torch.fx.Node | None
     widths: list[int]
+
+    @property
+    def parts(self) -> list[torch.fx.Node]:
+        return list(get_arg_value(self.cat, 0, "tensors"))
+
+    @property
+    def weight(self) -> torch.fx.Node:
+        return get_arg_value(self.linear, 1, "weight")
+
+    @property
+    def bias(self) -> torch.fx.Node | None:
+        return get_arg_value(self.linear, 2, "bias")
 
     def site(self) -> cost.CatLinearSite | None:
         """The site as the decision sees it; None without size hints."""
         out = _val(self.linear)
         rows = _numel_hint(_val(self.cat))  # type: ignore[arg-type]
         assert out is not None
-        if rows is None:
+        n = _hint(out.shape[-1])
+        if rows is None or n is None:
             return None
         return cost.CatLinearSite(
             rows=rows // sum(self.widths),
             widths=tuple(self.widths),
-            n=int(out.shape[-1]),
+            n=n,
             dtype=out.dtype,
             device=out.device,
             needs_grad=out.requires_grad,
@@ -380,15 +402,21 @@ def match_cat_linear(
         _skip(f"possible mutation {between[0]} between cat and linear", linear)
         return None
     # Autograd then saves the parts where stock saved the cat, so a later
-    # in-place write to a part or a view of one would corrupt the backward.
+    # in-place write to a part or a view of one would corrupt the backward:
+    # in this graph, or by the caller between forward and backward.
     storages = {_storage(p) for p in parts}
+    if out_val.requires_grad and (  # type: ignore[union-attr]
+        None in storages or storages & index.escaping
+    ):
+        _skip("a part the caller can write to before the backward", linear)
+        return None
     for node in index.mutations(linear.next):
         if None in storages or any(
             _storage(i) in storages or _storage(i) is None for i in node.all_input_nodes
         ):
             _skip(f"possible mutation {node} of a part after the linear", linear)
             return None
-    return CatLinearMatch(linear, cat, list(parts), weight, bias, widths)
+    return CatLinearMatch(linear, cat, widths)
 
 
 class CatLinearRule:

@@ -35,6 +35,8 @@ MM_WITHOUT_BENCHMARK = 1.3
 # Least share of its graph's step a site must save to be worth a kernel
 # compile of its own.
 MIN_STEP_SHARE = 0.05
+# Pieces the in-place forms take; more never pay.
+MAX_PARTS = 4
 # The in-place GEMM's K tile: pieces of whole tiles run unmasked.
 BLOCK_K = 64
 # Widest piece for which the one-loop kernel runs; at a compute-bound GEMM it
@@ -143,7 +145,11 @@ def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
 def _decide_cpu(site: CatLinearSite) -> Decision:
     """The "view" form, only where it removes the saved cat and its gradient
     and the pieces are wide enough for separate GEMMs; forward only, the C++
-    backend writes the pieces into the cat buffer and one GEMM wins."""
+    backend writes the pieces into the cat buffer and one GEMM wins.  fp32
+    only: in a 16-bit dtype each piece's product would be rounded before the
+    sum, where stock rounds once."""
+    if site.dtype != torch.float32:
+        return Decision(None, f"the CPU rule is for float32, not {site.dtype}")
     if not site.needs_grad:
         return Decision(None, "forward only on CPU: stock's single GEMM wins")
     produced = sum(w for w, p in zip(site.widths, site.produced) if p)

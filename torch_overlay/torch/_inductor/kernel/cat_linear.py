@@ -39,15 +39,13 @@ from ..select_algorithm import (
     TritonTemplate,
 )
 from ..utils import get_gpu_shared_memory, sympy_product, use_aten_gemm_kernels
+from ..fx_passes.cat_linear_fused_cost import BLOCK_K, MAX_PARTS, ONE_LOOP_MAX_WIDTH
 from ..virtualized import V
 from .mm import bias_addmm
 from .mm_common import addmm_epilogue, mm_grid
 
 
 aten = torch.ops.aten
-
-# Pieces the template takes; more stay stock.
-MAX_PARTS = 4
 
 
 @torch.library.custom_op("inductor::cat_linear", mutates_args=())
@@ -214,27 +212,27 @@ def _static_int(expr: Any) -> int | None:
 
 def _one_loop_ok(parts: list[Any], widths: list[int | None]) -> bool:
     sizevars = V.graph.sizevars
-    return all(w is not None and w % 64 == 0 for w in widths) and all(
+    return all(w is not None and w % BLOCK_K == 0 for w in widths) and all(
         sizevars.statically_known_equals(p.get_stride()[1], 1) for p in parts
     )
 
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps); the first that fits is the
-# default of each layout, the rest join under max_autotune.
-_ONE_LOOP_CONFIGS = [(128, 128, 64, 3, 8), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4)]
+# (BLOCK_M, BLOCK_N, num_stages, num_warps), all with a K tile of BLOCK_K (the
+# decision's whole-tile test); the first that fits is the default of each
+# layout, the rest join under max_autotune.  ONE_LOOP_MAX_WIDTH is the widest
+# piece for which the one-loop layout is the default.
+_ONE_LOOP_CONFIGS = [(128, 128, 3, 8), (64, 128, 4, 4), (128, 64, 4, 4)]
 _PER_PIECE_CONFIGS = [
-    (128, 256, 64, 4, 8),
-    (128, 256, 64, 3, 8),
-    (128, 128, 64, 3, 8),
-    (64, 128, 64, 4, 4),
+    (128, 256, 4, 8),
+    (128, 256, 3, 8),
+    (128, 128, 3, 8),
+    (64, 128, 4, 4),
 ]
-# Widest piece for which the one-loop layout is the default.
-ONE_LOOP_MAX_WIDTH = 256
 
 
 def _fits(cfg: tuple[int, ...], itemsize: int) -> bool:
-    block_m, block_n, block_k, stages, _ = cfg
-    return stages * (block_m + block_n) * block_k * itemsize <= get_gpu_shared_memory()
+    block_m, block_n, stages, _ = cfg
+    return stages * (block_m + block_n) * BLOCK_K * itemsize <= get_gpu_shared_memory()
 
 
 def _choices(
@@ -247,7 +245,7 @@ def _choices(
     autotune = config.max_autotune or config.max_autotune_gemm
     itemsize = layout.dtype.itemsize
     n = _static_int(mat2.get_size()[1])
-    even_k = all(w is not None and w % 64 == 0 for w in widths)
+    even_k = all(w is not None and w % BLOCK_K == 0 for w in widths)
     one_loop = _one_loop_ok(parts, widths)
     narrow = all(w is not None and w <= ONE_LOOP_MAX_WIDTH for w in widths)
     layouts = []
@@ -269,9 +267,7 @@ def _choices(
         epilogue = dict(prefix_args=1, epilogue_fn=addmm_epilogue(layout.dtype, 1, 1))
     for is_one_loop, configs in layouts:
         fitting = [c for c in configs if _fits(c, itemsize)]
-        for block_m, block_n, block_k, stages, warps in fitting[
-            : None if autotune else 1
-        ]:
+        for block_m, block_n, stages, warps in fitting[: None if autotune else 1]:
             _template(len(parts), is_one_loop).maybe_append_choice(
                 choices,
                 input_nodes=nodes,
@@ -281,7 +277,7 @@ def _choices(
                 num_warps=warps,
                 BLOCK_M=block_m,
                 BLOCK_N=block_n,
-                BLOCK_K=block_k,
+                BLOCK_K=BLOCK_K,
                 GROUP_M=8,
                 EVEN_K=even_k,
                 ACC_TYPE="tl.float32",
