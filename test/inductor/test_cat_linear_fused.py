@@ -430,7 +430,7 @@ class CatLinearFusedTest(TestCase):
         site = cuda_site((64, 64), 256)
         with h100_figures():
             ridge = cost.ridge_point(site.device, site.dtype)
-            own = site.gemm_cost(ridge) + site.cat_cost()
+            own = site.gemm_cost(ridge) + site.saved_bytes()
             self.assertEqual(cost.decide(site, own).form, "mm")
             d = cost.decide(site, 100 * own)
             self.assertEqual((d.form, d.counter), (None, "cat_linear_small_share"))

@@ -106,7 +106,9 @@ def _numel_hint(val: torch.Tensor) -> int | None:
 
 def _fake_eval(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` on the graph's values, under its fake mode (and the
-    Python dispatcher, for composite ops on symbolic shapes) if it has one."""
+    Python dispatcher, for composite ops on symbolic shapes) if it has one.
+    The mode comes from the values, not ``detect_fake_mode``: during compile
+    the tracing context may hold another mode than dynamo's values."""
     fake_mode = next(
         (a.fake_mode for a in pytree.tree_leaves(args) if isinstance(a, FakeTensor)),
         None,

@@ -31,7 +31,7 @@ MARGIN = 1.1
 # Best case from which the in-place GEMM is taken without a benchmark: its
 # Triton kernel trails cuBLAS on a ready input by up to this much at whole-K
 # -tile sites.
-MM_WITHOUT_BENCHMARK = 1.3
+MM_MIN_BOUND_WITHOUT_BENCHMARK = 1.3
 # Least share of its graph's step a site must save to be worth a kernel
 # compile of its own.
 MIN_STEP_SHARE = 0.05
@@ -105,7 +105,7 @@ class CatLinearSite:
     def gemm_cost(self, ridge: float) -> float:
         return roofline(*self._gemm_flops_bytes(), ridge)
 
-    def cat_cost(self) -> float:
+    def saved_bytes(self) -> float:
         """The cat traffic a form saves: every piece forward+backward (the
         saved cat and its gradient go away), else the pieces without a fused
         producer."""
@@ -116,7 +116,7 @@ class CatLinearSite:
 
     def speedup_bound(self, ridge: float) -> float:
         gemms = self.gemm_cost(ridge) * (3 if self.needs_grad else 1)
-        return (gemms + self.cat_cost()) / gemms
+        return (gemms + self.saved_bytes()) / gemms
 
     def compute_bound(self, ridge: float) -> bool:
         flops, nbytes = self._gemm_flops_bytes()
@@ -177,7 +177,7 @@ def _decide_cuda(site: CatLinearSite, step_cost: float | None) -> Decision:
         )
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "cat_linear_autotune")
-    if bound < MM_WITHOUT_BENCHMARK:
+    if bound < MM_MIN_BOUND_WITHOUT_BENCHMARK:
         return Decision(None, f"best case {bound:.2f}x: only max_autotune can tell")
     if any(w % BLOCK_K for w in site.widths):
         return Decision(
@@ -187,7 +187,7 @@ def _decide_cuda(site: CatLinearSite, step_cost: float | None) -> Decision:
     if narrow and site.compute_bound(ridge):
         return Decision(None, "narrow pieces at a compute-bound GEMM")
     if step_cost is not None:
-        share = site.cat_cost() / step_cost if step_cost > 0 else 1.0
+        share = site.saved_bytes() / step_cost if step_cost > 0 else 1.0
         if share < MIN_STEP_SHARE:
             return Decision(
                 None,
