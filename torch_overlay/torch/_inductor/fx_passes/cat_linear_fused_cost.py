@@ -55,7 +55,9 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     with torch.cuda.device(device):
         flops = get_device_tflops(dtype) * 1e12
         dram = get_gpu_dram_gbps() * 1e9
-    if not (flops > 0 and dram > 0):
+    if not (flops >= 1e12 and dram > 0):
+        # a figure off by orders of magnitude (e.g. a clock rate read in the
+        # wrong unit) would screen out every site
         return None
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 

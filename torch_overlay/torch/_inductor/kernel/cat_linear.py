@@ -72,11 +72,16 @@ def _cat_addmm(
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
 aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
+# Software pipelining depth of the template.  Triton's pipeliner at 3 or more
+# stages, over consecutive loops whose trip counts are compile-time constants
+# (the piece widths are literals in the generated kernel), takes compile time
+# that grows with the trip count; at 2 stages it stays flat.
+MAX_STAGES = 2
 # The default mode's config (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
-# num_stages, num_warps), the first that fits the device's shared memory; a
-# narrow output takes the narrower tile.
-_DEFAULT_CONFIGS = [(128, 128, 64, 3, 8), (64, 128, 64, 3, 4), (64, 64, 32, 2, 4)]
-_NARROW_CONFIGS = [(128, 64, 64, 3, 4), (64, 64, 32, 2, 4)]
+# num_warps), the first that fits the device's shared memory; a narrow output
+# takes the narrower tile.
+_DEFAULT_CONFIGS = [(128, 128, 64, 8), (64, 128, 64, 4), (64, 64, 32, 4)]
+_NARROW_CONFIGS = [(128, 64, 64, 4), (64, 64, 32, 4)]
 
 
 def template_dtypes() -> tuple[torch.dtype, ...]:
@@ -103,15 +108,15 @@ def _fits(block_m: int, block_n: int, block_k: int, stages: int, itemsize: int) 
 
 def _default_config(n: Any, itemsize: int) -> dict[str, Any] | None:
     narrow = V.graph.sizevars.statically_known_leq(n, 64)
-    for block_m, block_n, block_k, stages, warps in (
+    for block_m, block_n, block_k, warps in (
         _NARROW_CONFIGS if narrow else _DEFAULT_CONFIGS
     ):
-        if _fits(block_m, block_n, block_k, stages, itemsize):
+        if _fits(block_m, block_n, block_k, MAX_STAGES, itemsize):
             return dict(
                 BLOCK_M=block_m,
                 BLOCK_N=block_n,
                 BLOCK_K=block_k,
-                num_stages=stages,
+                num_stages=MAX_STAGES,
                 num_warps=warps,
                 GROUP_M=8,
             )
@@ -123,22 +128,21 @@ def _heuristic_configs(
 ) -> list[dict[str, Any]]:
     """Inductor's mm heuristic's configs for the ``M x K x N`` problem the
     site computes (its cat is described, never made)."""
-    cat = Buffer(name="cat_linear_virtual_cat", layout=FixedLayout(
-        layout.device, layout.dtype, [m, k]
-    ))
+    cat = Buffer(
+        name="cat_linear_virtual_cat",
+        layout=FixedLayout(layout.device, layout.dtype, [m, k]),
+    )
     kernel_inputs = MMKernelInputs([cat, mat2])
-    configs = []
+    configs = {}
     for ktc in V.choices.get_ktc(kernel_inputs, mm_template, "mm"):
         kwargs = ktc.params.to_kwargs()
-        configs.append(
-            {
-                key: kwargs[key]
-                for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-                + ("num_stages", "num_warps")
-                if key in kwargs
-            }
-        )
-    return configs
+        cfg = {
+            key: kwargs[key]
+            for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")
+        }
+        cfg["num_stages"] = min(kwargs["num_stages"], MAX_STAGES)
+        configs[tuple(sorted(cfg.items()))] = cfg
+    return list(configs.values())
 
 
 def _template_choices(
