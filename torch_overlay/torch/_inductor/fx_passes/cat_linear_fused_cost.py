@@ -41,6 +41,12 @@ BLOCK_K = 64
 NARROW_PIECE_WIDTH = 256
 
 
+def has_template(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the in-place template computes this site (16-bit inputs with
+    fp32 accumulation, on a GPU); elsewhere the ``"mm"`` form is stock."""
+    return device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+
+
 @functools.cache
 def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     """Sustained GEMM FLOPs per byte of DRAM traffic on a CUDA device, from

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .. import config
+from ..fx_passes.cat_linear_fused_cost import has_template
 from ..ir import Buffer, FixedLayout
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
@@ -84,14 +85,8 @@ _DEFAULT_CONFIGS = [(128, 128, 64, 8), (64, 128, 64, 4), (64, 64, 32, 4)]
 _NARROW_CONFIGS = [(128, 64, 64, 4), (64, 64, 32, 4)]
 
 
-def template_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes the template computes in: 16-bit inputs, fp32 accumulation
-    (as the mm template does for them)."""
-    return (torch.float16, torch.bfloat16)
-
-
 def can_use_template(layout: FixedLayout) -> bool:
-    return layout.dtype in template_dtypes() and use_triton_template(
+    return has_template(layout.device, layout.dtype) and use_triton_template(
         layout, check_max_autotune=False
     )
 
