@@ -237,8 +237,11 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_skip_is_logged(self):
         with self.assertLogs(cat_linear_lowering.log, level="DEBUG") as logs:
             self.common(cat_linear, make_inputs((8,), (16, 16), 8, grad=False), 0)
-        self.assertTrue(any("skipping cat_linear: no in-place GEMM on cpu" in m
-                            for m in logs.output))
+        self.assertTrue(
+            any(
+                "skipping cat_linear: no in-place GEMM on cpu" in m for m in logs.output
+            )
+        )
 
     def test_cat_linear_switch_is_not_a_pre_grad_pass(self):
         # pre_grad.py must skip the key (it names no pre-grad pattern pass): a
@@ -405,9 +408,7 @@ class CatLinearFusedTest(TestCase):
 
         with torch.no_grad():
             (code,) = self.common(fn, args, 1, form="mm")
-        FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(
-            code
-        )
+        FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(code)
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_strided_pieces_and_epilogue(self):
