@@ -73,18 +73,16 @@ def _cat_addmm(
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
 aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
-# Software pipelining depth of the per-piece loops.  Triton's pipeliner at 3
-# or more stages, over consecutive loops whose trip counts are compile-time
-# constants (the piece widths are literals in the generated kernel), takes
-# compile time that grows with the trip count; at 2 stages it stays flat, and
-# so does a single loop at any depth (the one-loop layout, for pieces of whole
-# K tiles).
-MAX_PER_PIECE_STAGES = 2
+# Software pipelining depth of the template.  Triton's pipeliner at 3 or more
+# stages, over consecutive loops whose trip counts are compile-time constants
+# (the piece widths are literals in the generated kernel), takes compile time
+# that grows with the trip count; at 2 stages it stays flat.
+MAX_STAGES = 2
 # The default mode's config (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
-# num_stages, num_warps), the first that fits the device's shared memory; a
-# narrow output takes the narrower tile.
-_DEFAULT_CONFIGS = [(128, 128, 64, 3, 8), (64, 128, 64, 3, 4), (64, 64, 32, 2, 4)]
-_NARROW_CONFIGS = [(128, 64, 64, 3, 4), (64, 64, 32, 2, 4)]
+# num_warps), the first that fits the device's shared memory; a narrow output
+# takes the narrower tile.
+_DEFAULT_CONFIGS = [(128, 128, 64, 8), (64, 128, 64, 4), (64, 64, 32, 4)]
+_NARROW_CONFIGS = [(128, 64, 64, 4), (64, 64, 32, 4)]
 
 
 def can_use_template(layout: FixedLayout) -> bool:
@@ -98,14 +96,6 @@ def _even_k(widths: list[Any], block_k: int) -> bool:
     return all(sizevars.statically_known_equals(w % block_k, 0) for w in widths)
 
 
-def _one_loop(parts: list[Any], block_k: int) -> bool:
-    """Every piece whole K tiles with unit K stride: one loop walks them all."""
-    sizevars = V.graph.sizevars
-    return _even_k([p.get_size()[1] for p in parts], block_k) and all(
-        sizevars.statically_known_equals(p.get_stride()[1], 1) for p in parts
-    )
-
-
 def _fits(block_m: int, block_n: int, block_k: int, stages: int, itemsize: int) -> bool:
     need = stages * (block_m + block_n) * block_k * itemsize
     return need <= get_gpu_shared_memory()
@@ -113,15 +103,15 @@ def _fits(block_m: int, block_n: int, block_k: int, stages: int, itemsize: int) 
 
 def _default_config(n: Any, itemsize: int) -> dict[str, Any] | None:
     narrow = V.graph.sizevars.statically_known_leq(n, 64)
-    for block_m, block_n, block_k, stages, warps in (
+    for block_m, block_n, block_k, warps in (
         _NARROW_CONFIGS if narrow else _DEFAULT_CONFIGS
     ):
-        if _fits(block_m, block_n, block_k, stages, itemsize):
+        if _fits(block_m, block_n, block_k, MAX_STAGES, itemsize):
             return dict(
                 BLOCK_M=block_m,
                 BLOCK_N=block_n,
                 BLOCK_K=block_k,
-                num_stages=stages,
+                num_stages=MAX_STAGES,
                 num_warps=warps,
                 GROUP_M=8,
             )
@@ -143,9 +133,9 @@ def _heuristic_configs(
         kwargs = ktc.params.to_kwargs()
         cfg = {
             key: kwargs[key]
-            for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-            + ("num_stages", "num_warps")
+            for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")
         }
+        cfg["num_stages"] = min(kwargs["num_stages"], MAX_STAGES)
         configs[tuple(sorted(cfg.items()))] = cfg
     return list(configs.values())
 
@@ -170,10 +160,6 @@ def _template_choices(
         extern = aten_cat_mm if inp is None else aten_cat_addmm
         choices.append(extern.bind(nodes, layout))
     for cfg in configs:
-        one_loop = _one_loop(parts, cfg["BLOCK_K"])
-        if not one_loop:
-            stages = min(cfg["num_stages"], MAX_PER_PIECE_STAGES)
-            cfg = {**cfg, "num_stages": stages}
         cat_mm_template.maybe_append_choice(
             choices,
             input_nodes=nodes,
@@ -181,7 +167,6 @@ def _template_choices(
             **epilogue,
             **cfg,
             NUM_PARTS=len(parts),
-            ONE_LOOP=one_loop,
             EVEN_K=_even_k(widths, cfg["BLOCK_K"]),
             ACC_TYPE="tl.float32",
         )
