@@ -4,8 +4,7 @@ import pickle
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
-from torch._inductor import config as inductor_config
-from torch._inductor import custom_pass_registry as cpr
+from torch._inductor import config as inductor_config, custom_pass_registry as cpr
 from torch._inductor.custom_graph_pass import (
     CustomGraphPass,
     CustomSchedulerPass,

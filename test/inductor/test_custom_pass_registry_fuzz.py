@@ -25,15 +25,13 @@ import dataclasses
 import os
 import unittest
 
-from torch._inductor import config as inductor_config
-from torch._inductor import custom_pass_registry as cpr
+from torch._inductor import config as inductor_config, custom_pass_registry as cpr
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.test_case import run_tests, TestCase
 
 
 try:
-    from hypothesis import given, HealthCheck, settings
-    from hypothesis import strategies as st
+    from hypothesis import given, HealthCheck, settings, strategies as st
 
     HAS_HYPOTHESIS = True
 except ImportError:  # pragma: no cover
