@@ -471,7 +471,7 @@ class CatLinearFusedTest(TestCase):
             any("skipping cat_linear: forward only" in m for m in logs.output)
         )
 
-    # ---- the seed PR's contract (ROCm/pytorch#3233) --------------------------
+    # ---- the module's entry points and gates ---------------------------------
 
     def test_cat_linear_seed_gates_exist(self):
         self.assertGreaterEqual(cat_linear_fused.MAX_PARTS, 2)
