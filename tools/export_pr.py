@@ -237,10 +237,11 @@ def export_prs(
                 patch_bytes = gitutil.format_patch(repo, commit)
                 if test_hunks[p.name] and not in_commit:
                     patch_bytes = _with_test_hunks(patch_bytes, diff)
-                    what = f"no branch for {p.name} (its upstream test hunks need upstream's test files: --upstream-checkout)"
+                    what = (f"{p.name}/{p.name}.patch, no branch for {p.name} (its upstream test hunks need upstream's "
+                            "test files: --upstream-checkout)")
                 else:
                     gitutil.git("update-ref", f"refs/heads/{p.name}", commit, cwd=repo, env=env)
-                    what = f"branch {p.name} ({commit[:12]})"
+                    what = f"{p.name}/{p.name}.patch, branch {p.name} ({commit[:12]})"
                 (d / f"{p.name}.patch").write_bytes(patch_bytes)
                 added = added_lines(patch_bytes.decode())
             else:
@@ -261,7 +262,7 @@ def export_prs(
                 findings += pasteability_findings(f"{p.name}: {path}", lines, fork, older)
             if not has_table(headlines[p.name] or []):
                 progress(f"warning: {p.name}: the headline section {up.headline!r} of {readme.name} has no table yet")
-            progress(f"export-pr v{base}: [{i}/{len(selected)}] {what}, {p.name}/{p.name}.patch, {p.name}/PR.md")
+            progress(f"export-pr v{base}: [{i}/{len(selected)}] {what}, {p.name}/PR.md")
         if findings:
             raise PatchsetError("export-pr", f"{len(findings)} line(s) would not survive a reviewer; nothing was "
                                 "written:\n  " + "\n  ".join(findings))

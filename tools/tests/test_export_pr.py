@@ -392,3 +392,26 @@ def test_check_holds_the_map_and_the_upstream_tests(fake_generated, tmp_path):
     assert any("no heading 'alpha results' (results of inductor-alpha)" in p for p in got), got
     assert any("changes test/inductor/test_upstream_beta.py but no [[patch.upstream.test-change]]" in p for p in got), got
     assert any("no hunk stored for its change to test/inductor/test_other.py" in w for w in warnings), warnings
+
+
+def test_find_ruff(tmp_path, monkeypatch):
+    """ruff from the running Python, else the project's .venv, else PATH."""
+    import importlib.util
+    import sys
+
+    from tools.export_pr import find_ruff
+
+    assert find_ruff(tmp_path) == [sys.executable, "-m", "ruff"]  # requirements-dev.txt installs it here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert find_ruff(tmp_path) is None
+    on_path = tmp_path / "bin" / "ruff"
+    on_path.parent.mkdir()
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert find_ruff(tmp_path) == [str(on_path)]
+    venv = tmp_path / ".venv" / "bin" / "ruff"
+    venv.parent.mkdir(parents=True)
+    venv.write_text("#!/bin/sh\n")
+    venv.chmod(0o755)
+    assert find_ruff(tmp_path) == [str(venv)]
