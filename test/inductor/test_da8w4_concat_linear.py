@@ -6,11 +6,10 @@ freezing).  The pass is a client of the custom pass registry: this module
 registers it once (``register_da8w4_concat_linear_cpu_pass``), as torchao's
 quantization flow would.
 
-The op comes from torchao (or from a kernel built next to these patches).
-When no CPU kernel is registered, this file defines the op's schema (if
-needed), a pure-PyTorch reference CPU implementation of its math and a fake
-kernel in a test-local ``torch.library.Library``, so the pass is exercised in
-a plain PyTorch checkout too.
+The op comes from torchao's CPU kernels.  When no CPU kernel is registered,
+this file defines the op's schema (if needed), a pure-PyTorch reference CPU
+implementation of its math and a fake kernel in a test-local
+``torch.library.Library``, so the pass is exercised without them too.
 """
 
 import logging
