@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
+from tools import interrupt
 from tools.common import PatchsetError
 
 # each registers its subcommand(s), in this order
@@ -41,10 +43,23 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except PatchsetError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def main(argv: list[str] | None = None, prog: str | None = None, exiting: bool = False) -> int:
+    """Run one subcommand. SIGINT/SIGTERM end it with one line and exit status 128 + the signal's number, no
+    traceback: for a command that sets ``atomic`` (``apply``, ``install``, ``uninstall``, ``wheel``) that line is
+    ``interrupted; nothing changed``, and ``tools.interrupt`` makes it true."""
+    atomic = False
+    with interrupt.guard(exiting):
+        try:
+            args = build_parser(prog).parse_args(argv)
+            atomic = bool(getattr(args, "atomic", False))
+            if not atomic:
+                interrupt.loosen()
+            return int(args.func(args) or 0)
+        except PatchsetError as e:
+            interrupt.commit_point()
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:  # interrupt.Interrupted, or a KeyboardInterrupt raised by other code
+            interrupt.commit_point()
+            print(interrupt.MESSAGE if atomic else "interrupted", file=sys.stderr)
+            return 128 + getattr(e, "signum", signal.SIGINT)

@@ -156,6 +156,7 @@ def register(subparsers) -> None:
     p = add_subcommand(subparsers, "install", "apply the series' torch/ parts to this environment's torch", INSTALL_DESCRIPTION,
                        lambda a: install(site_of(a), a.patches, a.metadata, a.replace, a.dry_run))
     common(p)
+    p.set_defaults(atomic=True)  # tools.interrupt: SIGINT/SIGTERM leave torch as it was
     p.add_argument("--replace", action="store_true", help="uninstall a different installed patch set first")
     p.add_argument("--dry-run", action="store_true", help="verify and list the changes; write nothing")
 
@@ -163,6 +164,7 @@ def register(subparsers) -> None:
     p = add_subcommand(subparsers, "uninstall", "restore this environment's torch byte for byte", UNINSTALL_DESCRIPTION,
                        lambda a: uninstall(site_of(a), a.force))
     site_arg(p)
+    p.set_defaults(atomic=True)
     p.add_argument("--force", action="store_true", help="restore files even if they changed since install")
 
     p = add_subcommand(subparsers, "status", "show what is installed in this environment's torch (or stock)", STATUS_DESCRIPTION,

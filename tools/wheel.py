@@ -26,6 +26,7 @@ from tools.common import (CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, 
 from tools.distinfo import (INFO_MODULE, info_module_source, metadata_version, parse_record, read_info_module,
                             record_hash)
 from tools.fsutil import sha256_bytes
+from tools import interrupt
 from tools.journal import maybe_crash
 from tools.patchapply import apply_series
 from tools.seriesfile import load_series, series_state
@@ -164,6 +165,8 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                     rows.append(f"{new_n},{record_hash(h)},{size}")
                     if k % 3000 == 0:
                         progress(f"  copied {k}/{len(infos)} members raw")
+                    if k % 4 == 0:
+                        interrupt.step()
                     maybe_crash(k)
                 for n, data in sorted(changes.items()):  # added files
                     write_member(zout, n, data, None)
@@ -219,4 +222,4 @@ def register(subparsers) -> None:
         print(build_wheel(a.src, a.out, a.patches, a.metadata, verify=a.verify))
         return 0
 
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, atomic=True)  # tools.interrupt: SIGINT/SIGTERM leave --out as it was
