@@ -153,7 +153,7 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
             if dry_run:
                 print(f"would uninstall {what} first")
                 return 0
-            if bad:
+            if bad := verify_manifest(st, cur, allow_stock=True):
                 raise PatchsetError(st.site / bad[0], f"changed since install (neither patched nor stock): "
                                     f"{', '.join(bad)}; `python -m tools uninstall --force` first, then `install`")
             _check_writable(site, cur)
