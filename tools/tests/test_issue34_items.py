@@ -137,3 +137,46 @@ def test_item9_first_configure_shows_no_cmake_warning(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout + r.stderr
     assert "CMake Warning" not in out, out
+
+
+def _overrides_today() -> dict[str, set[str]]:
+    """CONTRIBUTING.md's "Overrides today:" list: patch -> bases."""
+    import re
+
+    text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
+    para = text[text.index("Overrides today:"):].split("\n\n", 1)[0]
+    return {m.group(1): set(re.findall(r"\d+\.\d+\.\d+", m.group(2)))
+            for m in re.finditer(r"`(inductor-[\w-]+)` on ((?:\d+\.\d+\.\d+(?:,\s*)?)+)", para)}
+
+
+def test_item12_contributing_lists_the_overrides_there_are():
+    listed = _overrides_today()
+    on_disk: dict[str, set[str]] = {}
+    for f in (REPO_ROOT / "hooks").glob("*/v*.diff"):
+        on_disk.setdefault(f.parent.name, set()).add(f.stem[1:])
+    assert listed == on_disk
+
+
+@pytest.mark.slow
+def test_item12_contributing_says_check_warns_about_exactly_the_redundant_overrides(tmp_path):
+    """CONTRIBUTING.md said `check` warns that cat_linear's v2.15.0.diff repeats v2.14.1.diff; it does not (the
+    override is needed). Every such claim must be what check's redundant_overrides finds on the real bases."""
+    import re
+
+    from tools import bases as bases_mod
+    from tools.check import redundant_overrides
+    from tools.sources import Sources
+
+    sources = Sources()
+    ps = sources.load()
+    trees = {b: bases_mod.base_tree(b) for b in ps.bases}
+    if not all((t / ".git").exists() for t in trees.values()):
+        pytest.skip("real pristine bases not cached (python -m tools bases)")
+    found = {str(sources.rel(f)) for f, _ in redundant_overrides(ps, sources, trees, tmp_path)}
+    text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
+    claimed = set()
+    for m in re.finditer(r"`check` warns that `(v[\d.]+\.diff)`", text):
+        before = text[: m.start()]
+        patch = re.findall(r"`(inductor-[\w-]+)`", before)[-1]
+        claimed.add(f"hooks/{patch}/{m.group(1)}")
+    assert claimed == found
