@@ -180,3 +180,21 @@ def test_item12_contributing_says_check_warns_about_exactly_the_redundant_overri
         patch = re.findall(r"`(inductor-[\w-]+)`", before)[-1]
         claimed.add(f"hooks/{patch}/{m.group(1)}")
     assert claimed == found
+
+
+def test_item16_the_venvs_python_runs_tools_from_any_directory(tmp_path):
+    """`python -m tools` outside the repo root failed with Python's bare `No module named tools`. The venvs that
+    `tools venv` (dev.sh setup) makes carry a .pth naming the repo root (baseenv.link_repo)."""
+    from tools.baseenv import link_repo
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    pth = link_repo(tmp_path / "venv", REPO_ROOT)
+    assert pth is not None and pth.read_text() == f"{REPO_ROOT}\n"
+    code = f"import site; site.addsitedir({str(site)!r}); import tools.cli; print(tools.cli.__file__)"
+    r = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == str(REPO_ROOT / "tools" / "cli.py"), r.stderr
+    # and this checkout's own venv, when dev.sh made the one running the tests
+    if (Path(sys.prefix) / ".patchset-requirements.sha256").is_file():
+        r = subprocess.run([sys.executable, "-m", "tools", "--help"], cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0 and "usage: python -m tools" in r.stdout, r.stderr
