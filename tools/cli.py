@@ -31,9 +31,9 @@ The inductor patch set's one CLI: make and check the patch series (bases, genera
 PyTorch checkout (apply), onto this environment's torch (install, uninstall, status) or into a torch wheel
 (wheel), export upstream PRs (export-pr) and run the feature demos (demo).
 `python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2.
-`python -m tools` works in the repo root, and from any directory with the python of a venv that `bash scripts/dev.sh
-setup` (`python -m tools venv`) made: .venv/bin/python -m tools ...; with another python, from anywhere else:
-`python /path/to/repo/tools <subcommand>`."""
+`python -m tools` works in the repo root, and from any directory with the python of a venv that
+`bash scripts/dev.sh setup` (`python -m tools venv`) made (.venv/bin/python -m tools ...); with another python,
+from anywhere else: `python /path/to/repo/tools <subcommand>`."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
