@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from tools import bases as bases_mod
-from tools import fsutil, gitutil
+from tools import export_pr_split, fsutil, gitutil
 from tools.common import PYTORCH_REPO, PatchMeta, PatchsetError, add_subcommand, progress, version_key
 from tools.patchfile import parse_patch, patch_date
 from tools.prmd import (ForkPaths, TestChangeState, added_lines, export_message, has_table, named_section, numbered,
@@ -226,11 +226,16 @@ def export_prs(
                 what = f"branch {p.name} ({commit[:12]})"
             else:
                 added = _export_files(repo, ienv, parent, p, d, files)
+                export_pr_split.finish_files(d / "files", p)
                 _tidy_imports(d / "files", p)
                 added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
             deps = [by_name[n] for n in up.depends_on if n in by_name]
-            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], changes, deps, files)
+            first = export_pr_split.first_pr_meta(p)  # [patch.upstream.first-pr]: this PR depends on that one
+            if first is not None:
+                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older)[1]
+            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], changes,
+                               [first, *deps] if first else deps, files)
             (d / "PR.md").write_text(text)
             findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
             findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)
