@@ -5,11 +5,13 @@ weight) on CPU.
 With ``Int8DynamicActivationInt4WeightConfig`` a transformer layer quantizes
 its activation once (after freezing's CSE) and then calls
 ``torchao::da8w4_linear_cpu`` several times on it: Q, K and V; gate and up.
-Every call re-reads the quantized activation and synchronizes its threads, so
-one call on weights concatenated along N followed by a split saves that per-call
-cost.  Fused and separate calls read the same packed bytes and do the same work,
-so the gain is large only where a step is short (small M, the weight in cache)
-and about nothing where the weight streams from DRAM.
+Every call re-reads the quantized activation and starts and joins its threads,
+so one call on weights concatenated along N followed by a split saves that
+per-call cost.  Fused and separate calls read the same packed bytes and do the
+same work, so that fixed cost is all it saves: small against a decode step,
+which streams the weights from memory, and less at larger M.  The pass's value
+is that it composes with other passes (one named, removable registration, the
+FX graph cache kept) and emits correct, bit-identical graphs, not speed.
 
 This pass rewrites::
 
@@ -557,9 +559,7 @@ class Da8w4ConcatLinearMatch:
                 item.meta["val"] = split_val[i]
                 contiguous: torch.fx.Node | None = None
                 for user in list(lin.node.users):
-                    if _reads_split_in_place(
-                        user, lin.node, split_val[i], fake_mode
-                    ):
+                    if _reads_split_in_place(user, lin.node, split_val[i], fake_mode):
                         user.replace_input_with(lin.node, item)
                         continue
                     if contiguous is None:
