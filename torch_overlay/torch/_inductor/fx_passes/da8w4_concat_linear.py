@@ -82,7 +82,7 @@ from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
 try:
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 except ImportError:  # the same helper under its earlier name
-    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[no-redef]
+    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined,no-redef]
         size_hint as optimization_hint,
     )
 
