@@ -133,3 +133,27 @@ def test_first_pr_table_fields(fake_generated, tmp_path):
     fp.set_toml(fp.toml().replace('colour = "blue"\n', "").replace('measured = """\nNo speed change.\n"""\n', ""))
     with pytest.raises(PatchsetError, match=r"\[patch.upstream.first-pr\] lacks measured"):
         load_patchset(fp.sources.patchset_toml)
+
+
+def test_real_first_pr_applies_to_the_installed_release(tmp_path):
+    """The real patch's first PR: its diff applies to the installed package's release and passes the
+    pasteability checks (skipped where that release is not installed)."""
+    import importlib.metadata
+
+    from tools.common import PATCHSET_TOML, REPO_ROOT
+    from tools.export_pr_split import export_first_pr
+    from tools.prmd import ForkPaths
+
+    split = [p for p in load_patchset(PATCHSET_TOML).patches if p.upstream and p.upstream.first_pr]
+    assert split, "no patch has [patch.upstream.first-pr]"
+    for p in split:
+        fp = p.upstream.first_pr
+        try:
+            installed = importlib.metadata.version(fp.package)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed != fp.version:
+            pytest.skip(f"{fp.package} {fp.version} is not installed")
+        name, findings = export_first_pr(REPO_ROOT, p, tmp_path, [], ForkPaths.of(REPO_ROOT), None)
+        assert findings == []
+        assert (tmp_path / name / "PR.md").read_text().startswith(f"# {fp.title}\n")
