@@ -59,6 +59,7 @@ class UpstreamMeta:
     paths: tuple[tuple[str, str], ...] = ()  # tree path -> its path in ``repo`` (another repo than pytorch)
     modules: tuple[tuple[str, str], ...] = ()  # dotted module name -> its name there
     test_changes: tuple[TestChange, ...] = ()
+    title: str = ""  # the PR's title where it is not the patch's subject (another repository's conventions)
     header: str = ""  # prepended to every file of a PR to another repository (its license header)
     first_pr: FirstPR | None = None  # a smaller PR that this one depends on (``[patch.upstream.first-pr]``)
 
@@ -149,7 +150,7 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
     if d is None:
         return None
     known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change", "header",
-             "first-pr"}
+             "first-pr", "title"}
     if unknown := sorted(set(d) - known):
         raise PatchsetError(where, f"[patch.upstream] has unknown keys {unknown} (known: {sorted(known)})")
     try:
@@ -166,6 +167,7 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
         paths=tuple(d.get("paths", {}).items()),
         modules=tuple(d.get("modules", {}).items()),
         test_changes=changes,
+        title=d.get("title", ""),
         header=d.get("header", ""),
         first_pr=_first_pr(d.get("first-pr"), where),
     )

@@ -26,6 +26,7 @@ earlier export made it). The author defaults to this checkout's ``git config use
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -197,6 +198,7 @@ def export_prs(
         for i, p in enumerate(selected, 1):
             up = p.upstream
             assert up is not None
+            p = dataclasses.replace(p, subject=up.title or p.subject)  # the PR's title and commit subject
             patch_file = (pdir / f"{p.name}.patch").resolve()
             gitutil.git("read-tree", parent, cwd=repo, env=ienv)
             r = gitutil.git("apply", "--cached", patch_file, cwd=repo, env=ienv, check=False)

@@ -60,6 +60,7 @@ headline = "alpha: fused vs stock"
 test-plan = ["python test/prototype/test_gamma.py"]
 paths = {{"torch/_inductor/gamma.py" = "fakeao/gamma.py", "test/inductor/test_gamma.py" = "test/test_gamma.py"}}
 modules = {{"torch._inductor.gamma" = "fakeao.gamma"}}
+title = "Gamma: the improvements"
 header = """
 {HEADER}
 """
@@ -99,6 +100,7 @@ def test_export_pr_writes_both_prs(fake_generated, tmp_path, monkeypatch):
     assert "## Measured\n\nNo speed change.\n" in pr1
     assert 'Depends on the pytorch/pytorch PR "[inductor] Add the alpha pass".' in pr1
     pr2 = (out / "inductor-gamma/PR.md").read_text()
+    assert pr2.startswith("# Gamma: the improvements\n")  # [patch.upstream] title, not the patch's subject
     assert 'Depends on the pytorch/ao PR "Register gamma\'s pass through the registry".' in pr2
     # the second PR's files: the header on top, PyTorch's test ownership line gone
     assert (out / "inductor-gamma/files/fakeao/gamma.py").read_text() == f"{HEADER}\n\nGAMMA = 1\n"
