@@ -17,7 +17,7 @@ fi
 mods=$("$PY" -c '
 from tools.common import load_patchset
 ps = load_patchset()
-p = [o for x in ps.series(ps.primary_base) for o in x.overlay_on(ps.primary_base)]
+p = [o for x in ps.series(ps.primary_base) for o in x.overlay_on(ps.primary_base) if o.endswith(".py")]
 print(" ".join("-m " + o.removesuffix(".py").replace("/", ".") for o in p))')
 "$PY" -c 'import torch._inductor._patchset_info' 2>/dev/null || {
   echo "[lint] error: $PY's torch has no patch set installed; mypy checks the installed modules (python -m tools install)" >&2
