@@ -30,12 +30,13 @@ earlier export made it). The author defaults to this checkout's ``git config use
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
 
 from tools import bases as bases_mod
-from tools import fsutil, gitutil
+from tools import export_pr_split, fsutil, gitutil
 from tools.common import PYTORCH_REPO, PatchMeta, PatchsetError, add_subcommand, progress, version_key
 from tools.patchfile import parse_patch, patch_date
 from tools.prmd import (ForkPaths, added_lines, export_message, has_table, named_section, numbered, older_releases_re,
@@ -213,6 +214,7 @@ def export_prs(
         for i, p in enumerate(selected, 1):
             up = p.upstream
             assert up is not None
+            p = dataclasses.replace(p, subject=up.title or p.subject)  # the PR's title and commit subject
             patch_file = (pdir / f"{p.name}.patch").resolve()
             gitutil.git("read-tree", parent, cwd=repo, env=ienv)
             r = gitutil.git("apply", "--cached", patch_file, cwd=repo, env=ienv, check=False)
@@ -246,6 +248,7 @@ def export_prs(
                 added = added_lines(patch_bytes.decode())
             else:
                 _export_files(repo, ienv, parent, p, d, files)
+                export_pr_split.finish_files(d / "files", p)
                 _tidy_imports(d / "files", p, sources.root)
                 stray = sorted({f.relative_to(d / "files").as_posix() for f in (d / "files").rglob("*")
                                 if not f.is_dir()} - {t for t, _ in files})
@@ -254,7 +257,11 @@ def export_prs(
                 added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
             deps = [by_name[n] for n in up.depends_on if n in by_name]
-            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], deps, files)
+            first = export_pr_split.first_pr_meta(p)  # [patch.upstream.first-pr]: this PR depends on that one
+            if first is not None:
+                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older)[1]
+            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")],
+                               [first, *deps] if first else deps, files)
             (d / "PR.md").write_text(text)
             findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
             findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)
