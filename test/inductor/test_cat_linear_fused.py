@@ -66,8 +66,8 @@ def cuda_site(widths, n, rows=8192, produced=None, dtype=torch.bfloat16, **kw):
 
 @contextlib.contextmanager
 def h100_figures():
-    """An H100 SXM's datasheet figures (dense bf16 TFLOP/s, DRAM GB/s) where
-    the decision asks Inductor for them."""
+    """An H100 SXM's datasheet peaks (dense bf16 compute, DRAM bandwidth)
+    where the decision asks Inductor for the device's figures."""
     cost.ridge_point.cache_clear()
     with (
         mock.patch("torch.cuda.is_available", return_value=True),
