@@ -5,8 +5,20 @@ package's modules may be imported as top-level ones (``wheel``, ``install`` ... 
 that entry is replaced by the repo root, so ``tools`` is imported as the package it is.
 """
 
+import signal
 import sys
-from pathlib import Path
+
+
+def _early_interrupt(signum, frame):  # until tools.cli takes over (imports, argument parsing): nothing has run yet
+    sys.stderr.write("interrupted; nothing changed\n")
+    sys.stderr.flush()
+    raise SystemExit(128 + signum)
+
+
+for _sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_sig, _early_interrupt)
+
+from pathlib import Path  # noqa: E402
 
 if not __package__:  # python path/to/tools ...
     _here = Path(__file__).resolve().parent

@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None, prog: str | None = None, exiting: bool =
     """Run one subcommand. SIGINT/SIGTERM end it with one line and exit status 128 + the signal's number, no
     traceback: for a command that sets ``atomic`` (``apply``, ``install``, ``uninstall``, ``wheel``) that line is
     ``interrupted; nothing changed``, and ``tools.interrupt`` makes it true."""
-    atomic = False
+    atomic = started = False
     with interrupt.guard(exiting):
         try:
             args = build_parser(prog).parse_args(argv)
             atomic = bool(getattr(args, "atomic", False))
+            started = True
             if not atomic:
                 interrupt.loosen()
             return int(args.func(args) or 0)
@@ -63,5 +64,6 @@ def main(argv: list[str] | None = None, prog: str | None = None, exiting: bool =
             return 2
         except KeyboardInterrupt as e:  # interrupt.Interrupted, or a KeyboardInterrupt raised by other code
             interrupt.commit_point()
-            print(interrupt.MESSAGE if atomic else "interrupted", file=sys.stderr)
+            # before the subcommand started nothing can have changed either
+            print(interrupt.MESSAGE if atomic or not started else "interrupted", file=sys.stderr)
             return 128 + getattr(e, "signum", signal.SIGINT)
