@@ -141,17 +141,37 @@ def _meta(node: torch.fx.Node) -> Any:
     return node.meta.get("example_value", node.meta.get("val"))
 
 
-# aten ops whose schema leaves out a write: the running statistics of the
-# batch norms (``native_batch_norm`` has no ``(a!)`` on running_mean/var;
-# ``_native_batch_norm_legit`` has), by their argument positions.
-_UNDECLARED_WRITES = {
-    "aten::native_batch_norm": (3, 4),
-    "aten::_batch_norm_impl_index": (3, 4),
-    "aten::cudnn_batch_norm": (3, 4),
-    "aten::miopen_batch_norm": (3, 4),
-    "aten::batch_norm": (3, 4),
-    "aten::instance_norm": (3, 4),
-}
+# aten ops whose schema leaves out a write: the batch norms update their
+# running statistics (arguments 3 and 4) when argument 5 (training,
+# use_input_stats) is true, but ``native_batch_norm`` and its callers have no
+# ``(a!)`` on them (``_native_batch_norm_legit`` has).
+_UNDECLARED_WRITES = frozenset(
+    (
+        "aten::native_batch_norm",
+        "aten::_batch_norm_impl_index",
+        "aten::cudnn_batch_norm",
+        "aten::miopen_batch_norm",
+        "aten::batch_norm",
+        "aten::instance_norm",
+    )
+)
+
+
+def _written_args(
+    schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[Any]:
+    def arg(i: int, a: Any) -> Any:
+        return args[i] if i < len(args) else kwargs.get(a.name)
+
+    written = [
+        arg(i, a)
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    if schema.name in _UNDECLARED_WRITES and len(schema.arguments) > 5:
+        if arg(5, schema.arguments[5]) is not False:
+            written += [arg(3, schema.arguments[3]), arg(4, schema.arguments[4])]
+    return written
 
 
 class _RecordWrites(TorchDispatchMode):
@@ -170,18 +190,9 @@ class _RecordWrites(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        schema = func._schema
-        for i, arg in enumerate(schema.arguments):
-            val = args[i] if i < len(args) else kwargs.get(arg.name)
-            writes = arg.alias_info is not None and arg.alias_info.is_write
-            if schema.name in _UNDECLARED_WRITES and i in _UNDECLARED_WRITES[
-                schema.name
-            ]:
-                writes = True
-            if writes:
-                for t in pytree.tree_leaves(val):
-                    if isinstance(t, torch.Tensor):
-                        self.written.add(StorageWeakRef(t.untyped_storage()))
+        for t in pytree.tree_leaves(_written_args(func._schema, args, kwargs)):
+            if isinstance(t, torch.Tensor):
+                self.written.add(StorageWeakRef(t.untyped_storage()))
         return func(*args, **kwargs)
 
 
@@ -206,7 +217,9 @@ def _writes_inputs_by_schema(node: torch.fx.Node) -> bool | None:
     if not all(_has_meta(i) for i in node.all_input_nodes):
         return None
     args, kwargs = pytree.tree_map_only(torch.fx.Node, _meta, (node.args, node.kwargs))
-    leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    leaves = [
+        t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+    ]
     if not leaves:
         return False
     fake_mode = next((t.fake_mode for t in leaves if isinstance(t, FakeTensor)), None)
@@ -235,7 +248,7 @@ def _writes_inputs_by_schema(node: torch.fx.Node) -> bool | None:
                     getattr(args[0], node.target)(*args[1:], **kwargs)  # type: ignore[arg-type]
                 else:
                     node.target(*args, **kwargs)  # type: ignore[operator]
-    except Exception:  # noqa: BLE001 - cannot tell; the caller stays careful
+    except Exception:  # cannot tell; the caller stays careful
         log.debug("cat_linear: could not run %s on fake values", node, exc_info=True)
         return None
     return bool(rec.written & inputs)
@@ -306,7 +319,9 @@ def is_possible_mutation(node: torch.fx.Node) -> bool:
 _INPLACE_OPERATORS = {
     getattr(operator, n)
     for n in dir(operator)
-    if n.startswith("i") and n[1:] in dir(operator) and n not in ("index", "is_", "is_not")
+    if n.startswith("i")
+    and n[1:] in dir(operator)
+    and n not in ("index", "is_", "is_not")
 }
 
 
@@ -388,7 +403,9 @@ class GraphIndex:
                 reached = [node]
             elif node.op == "output":
                 reached = [
-                    o for o in pytree.tree_leaves(node.args) if isinstance(o, torch.fx.Node)
+                    o
+                    for o in pytree.tree_leaves(node.args)
+                    if isinstance(o, torch.fx.Node)
                 ]
             for out in reached:
                 storages = self.alias_storages(out)
@@ -720,16 +737,15 @@ def match_cat_linear(
     if index.grad_mode_changes(start, linear):
         _skip("grad mode changes between a part and the linear", linear)
         return None
-    part_grads = [v.requires_grad for v in part_vals[: len(parts)]]  # type: ignore[union-attr]
-    operand_grads = [v.requires_grad for v in part_vals[len(parts) :]]  # type: ignore[union-attr]
-    if cat_val.requires_grad != any(part_grads) or out_val.requires_grad != (  # type: ignore[union-attr]
-        cat_val.requires_grad or any(operand_grads)  # type: ignore[union-attr]
-    ):
+    pieces = [v for v in part_vals[: len(parts)] if v is not None]
+    operands = [v for v in part_vals[len(parts) :] if v is not None]
+    assert cat_val is not None and out_val is not None
+    cat_grad = any(v.requires_grad for v in pieces)
+    out_grad = cat_grad or any(v.requires_grad for v in operands)
+    if cat_val.requires_grad != cat_grad or out_val.requires_grad != out_grad:
         _skip("the cat or the linear ran under another grad mode", linear)
         return None
-    if out_val.requires_grad and any(  # type: ignore[union-attr]
-        v.is_inference() for v in part_vals[: len(parts)]  # type: ignore[union-attr]
-    ):
+    if out_val.requires_grad and any(v.is_inference() for v in pieces):
         _skip("an inference tensor would be saved for backward", linear)
         return None
 
@@ -846,9 +862,7 @@ def _same_metadata(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def _explicit_match(
-    node: torch.fx.Node, index: GraphIndex
-) -> CatLinearMatch | None:
+def _explicit_match(node: torch.fx.Node, index: GraphIndex) -> CatLinearMatch | None:
     match = match_cat_linear(node, index)
     if match is None:
         return None
