@@ -73,6 +73,7 @@ HAZARDS = (
     "inference_part",
     "dropout_eval",
     "dropout_p0",
+    "dropout_train",
     "stale",
     "out",
     "frozen",
@@ -133,6 +134,9 @@ def build(case):
             parts[j] = F.dropout(xs[j], 0.5, False)
         elif hz == "dropout_p0":
             parts[j] = F.dropout(xs[j], 0.0, True)
+        elif hz == "dropout_train":
+            # a fresh tensor: the one dropout the rule takes as made here
+            parts[j] = F.dropout(torch.relu(xs[j]), 0.5, True)
         elif hz == "batch_norm":
             rm, rv, z = extra
             parts[j] = rm.expand(xs[j].shape[0], -1)
@@ -285,6 +289,7 @@ class CatLinearFusedFuzzTest(TestCase):
         if path == "graph":
             torch._dynamo.reset()
             backend = explicit(case.passes)
+            torch.manual_seed(2)
             got = torch.compile(fn, backend=backend, fullgraph=True)(*got_args)
             fired = backend.fired
         else:
@@ -292,6 +297,7 @@ class CatLinearFusedFuzzTest(TestCase):
             p = cat_linear_fused.cat_linear_fused_pre_grad_pass
             if path == "assigned":
                 with inductor_config.patch(pre_grad_custom_pass=p):
+                    torch.manual_seed(2)
                     got = torch.compile(fn, backend=backend)(*got_args)
             else:
                 from torch._inductor.custom_pass_registry import register_custom_pass
@@ -301,6 +307,7 @@ class CatLinearFusedFuzzTest(TestCase):
                     for i in range(case.passes)
                 ]
                 try:
+                    torch.manual_seed(2)
                     got = torch.compile(fn, backend=backend)(*got_args)
                 finally:
                     for h in handles:
@@ -308,6 +315,7 @@ class CatLinearFusedFuzzTest(TestCase):
             fired = counters["inductor"]["cat_linear_fused"]
         self.assertEqual(counters["inductor"]["cat_linear_fused"], fired)
 
+        torch.manual_seed(2)
         ref = fn(*ref_args)
         caller(ref_args, ref)
         caller(got_args, got)
@@ -353,7 +361,9 @@ class CatLinearFusedFuzzTest(TestCase):
         case = data.draw(cases(hazard))
         fired = self.check(case)
         event(f"rewrote={bool(fired)}")
-        if case.hazard is None and "input" not in case.producers:
+        if case.hazard in (None, "dropout_train", "frozen") and (
+            "input" not in case.producers
+        ):
             # nothing unsafe and every part made in the graph
             self.assertEqual(fired, 1, msg=f"declined a plain site: {case}")
         if case.hazard == "half":
@@ -396,7 +406,12 @@ class CatLinearFusedFuzzTest(TestCase):
         # 2. F.dropout in eval mode returns its input; the fake value looks
         # fresh.  The view form saved the caller's x0, which the caller then
         # wrote: w.grad was off (eager saves the cat).
-        self.pinned(Case("dropout_eval", (16, 16), 4, 8, ("relu", "relu")), 0)
+        case = Case("dropout_eval", (16, 16), 4, 8, ("relu", "relu"))
+        self.pinned(case, 0)
+        # (Inductor's pre-grad passes drop an eval-mode dropout before the
+        # custom pass runs, so this path saw the caller's input and declined
+        # before too.)
+        self.pinned(case, 0, path="assigned")
 
     def test_cat_linear_fused_dropout_p0_aliases_input(self):
         # 2. The same with p=0 in training.
@@ -408,7 +423,8 @@ class CatLinearFusedFuzzTest(TestCase):
         # (its part's view is returned); the second run's index saw the
         # rewritten inner site as a fresh tensor unrelated to the returned
         # view, rewrote the outer site, and the caller's write to the view
-        # reached the saved part: backward failed.
+        # reached the saved part: eager autograd raised (a saved tensor was
+        # modified), and through AOTAutograd w2.grad was silently off.
         case = Case("stale", (16, 16), 4, 16, ("relu", "mul"), passes=2)
         self.assertEqual(self.check(case), 1)
         self.assertEqual(self.check(case, path="registered"), 1)

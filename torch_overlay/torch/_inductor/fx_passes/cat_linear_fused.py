@@ -264,8 +264,6 @@ _MODE_FUNCTIONS = {
     torch.autograd.grad_mode._exit_inference_mode,
     torch.amp._enter_autocast,
     torch.amp._exit_autocast,
-    torch.ops.higher_order.wrap_with_set_grad_enabled,
-    torch.ops.higher_order.wrap_with_autocast,
 }
 
 
@@ -275,6 +273,7 @@ def changes_grad_mode(node: torch.fx.Node) -> bool:
         return False
     if node.target in _MODE_FUNCTIONS:
         return True
+    # also export's wrap_with_set_grad_enabled / wrap_with_autocast
     name = _name(node.target)
     return any(w in name for w in ("grad_enabled", "inference_mode", "autocast"))
 
@@ -344,9 +343,25 @@ _FRESH_PRODUCERS = frozenset(
     ("relu", "sigmoid", "tanh", "gelu", "silu", "exp", "log", "neg", "abs")
     + ("add", "mul", "sub", "div", "truediv", "floordiv", "pow", "matmul")
     + ("linear", "mm", "bmm", "addmm", "baddbmm", "cat", "concat", "concatenate")
-    + ("clone", "softmax", "log_softmax", "layer_norm", "leaky_relu", "elu")
-    + ("hardtanh", "mish", "sqrt", "rsqrt", "sin", "cos", "square", "erf")
+    + ("clone", "softmax", "log_softmax", "layer_norm", "group_norm", "rms_norm")
+    + ("leaky_relu", "elu", "hardtanh", "mish", "softplus", "hardswish")
+    + ("sqrt", "rsqrt", "sin", "cos", "square", "erf", "reciprocal", "clamp")
+    + ("sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "logsumexp")
+    + ("maximum", "minimum", "where", "masked_fill", "einsum", "embedding")
+    + ("conv1d", "conv2d", "conv3d", "scaled_dot_product_attention")
 )
+_DROPOUTS = ("dropout", "alpha_dropout", "feature_alpha_dropout")
+
+
+def _fresh_dropout(node: torch.fx.Node) -> bool:
+    """Dropout in training with a constant 0 < p < 1 scales into a new
+    tensor; in eval mode, with p=0, or with either left out (the defaults
+    differ between the dropouts) it may return its input."""
+    p = get_arg_value(node, 1, "p")
+    train = get_arg_value(node, 2, "training")
+    if train is None:
+        train = node.kwargs.get("train")
+    return isinstance(p, float) and 0.0 < p < 1.0 and train is True
 
 
 def _is_known_fresh(node: torch.fx.Node) -> bool:
@@ -365,6 +380,8 @@ def _is_known_fresh(node: torch.fx.Node) -> bool:
         return False
     if node.op == "call_function" and not _runs_as_torch_op(node):
         return False
+    if _name(target) in _DROPOUTS:
+        return _fresh_dropout(node)
     return _name(target) in _FRESH_PRODUCERS
 
 
