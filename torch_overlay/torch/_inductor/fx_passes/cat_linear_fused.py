@@ -309,10 +309,21 @@ def is_possible_mutation(node: torch.fx.Node) -> bool:
         return True
     if target in _INPLACE_OPERATORS:
         return True
+    if _is_known_fresh(node) or (_runs_as_torch_op(node) and _name(target) in _VIEWS):
+        return False  # no need to run it
     writes = _writes_inputs_by_schema(node)
-    # Not a torch op, or it could not be run: only known-pure ops are taken
-    # as not writing.
-    return writes if writes is not None else not _is_known_fresh(node)
+    # Not a torch op, or it could not be run: taken as writing.
+    return True if writes is None else writes
+
+
+# Views and metadata queries by name, which write nothing (the in-place
+# spellings, ``t_`` ..., end with ``_`` and are caught above).
+_VIEWS = frozenset(
+    ("view", "reshape", "narrow", "getitem", "transpose", "permute", "expand")
+    + ("expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "split")
+    + ("chunk", "unbind", "select", "t", "size", "dim", "stride", "detach")
+    + ("contiguous", "view_as", "reshape_as", "movedim", "swapaxes", "unfold")
+)
 
 
 _INPLACE_OPERATORS = {
@@ -425,8 +436,9 @@ class GraphIndex:
                     if isinstance(o, torch.fx.Node)
                 ]
             for out in reached:
+                # None (unknown) makes every part count as the caller's
                 storages = self.alias_storages(out)
-                self.escaping.update(storages or {_storage(out)})
+                self.escaping.update({None} if storages is None else storages)
         self._step_cost: dict[float, float] = {}
 
     def alias_storages(self, node: torch.fx.Node) -> frozenset[Any] | None:
@@ -436,18 +448,21 @@ class GraphIndex:
         node = self._same.get(node, node)
         if node in self._aliases:
             return self._aliases[node]
-        # iterative, producers first: chains of views can be long
-        stack, order = [node], []
+        # the producers this depends on, computed in graph order (iteratively:
+        # chains of views can be long)
+        seen, stack = {node}, [node]
         while stack:
             n = stack.pop()
-            n = self._same.get(n, n)
-            if n in self._aliases or n in order:
+            if _is_known_fresh(n) or n.op in ("placeholder", "get_attr"):
                 continue
-            order.append(n)
-            if not _is_known_fresh(n) and n.op not in ("placeholder", "get_attr"):
-                stack.extend(n.all_input_nodes)
-        for n in reversed(order):
-            self._aliases[n] = self._own_aliases(n)
+            for inp in n.all_input_nodes:
+                inp = self._same.get(inp, inp)
+                if inp not in seen and inp not in self._aliases:
+                    seen.add(inp)
+                    stack.append(inp)
+        for n in sorted(seen, key=lambda n: self._pos.get(n, self._end)):
+            if n not in self._aliases:
+                self._aliases[n] = self._own_aliases(n)
         return self._aliases[node]
 
     def _own_aliases(self, n: torch.fx.Node) -> frozenset[Any] | None:
@@ -464,8 +479,7 @@ class GraphIndex:
         if _is_known_fresh(n) or n.op in ("placeholder", "get_attr"):
             return frozenset(own)
         for inp in n.all_input_nodes:
-            inp = self._same.get(inp, inp)
-            inner = self._aliases.get(inp)
+            inner = self.alias_storages(inp)  # computed already, unless unindexed
             if inner is None:
                 return None
             own |= inner
@@ -780,8 +794,8 @@ def match_cat_linear(
     for p in parts:
         aliases = index.alias_storages(p)
         storages |= {None} if aliases is None else aliases
-    if out_val.requires_grad and (  # type: ignore[union-attr]
-        None in storages or storages & index.escaping
+    if out_val.requires_grad and (
+        None in storages or None in index.escaping or storages & index.escaping
     ):
         _skip("a part the caller can write to before the backward", linear)
         return None
