@@ -396,6 +396,11 @@ class CatLinearFusedFuzzTest(TestCase):
         self.pinned(case, 0)
         self.pinned(case, 0, path="assigned")
 
+    def test_cat_linear_fused_grad_mode_no_grad_cat_inductor(self):
+        # 1. The same through the whole Inductor compile (one C++ compile).
+        case = Case("no_grad_cat", (16, 16), 4, 8, ("relu", "mul"))
+        self.assertEqual(self.check(case, path="assigned", backend="inductor"), 0)
+
     def test_cat_linear_fused_grad_mode_inference_part(self):
         # 1. A part made under inference_mode: the view form saved the
         # inference tensor for backward ("Inference tensors cannot be saved
