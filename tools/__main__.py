@@ -14,4 +14,4 @@ if not __package__:  # python path/to/tools ...
 
 from tools.cli import main  # noqa: E402
 
-sys.exit(main(prog=None if __package__ else f"python {Path(__file__).resolve().parent}"))
+sys.exit(main(prog=None if __package__ else f"python {Path(__file__).resolve().parent}", exiting=True))

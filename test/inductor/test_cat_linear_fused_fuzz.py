@@ -50,8 +50,7 @@ from torch.testing._internal.inductor_utils import HAS_CPU
 
 
 try:
-    from hypothesis import event, given, HealthCheck, settings
-    from hypothesis import strategies as st
+    from hypothesis import event, given, HealthCheck, settings, strategies as st
 
     HAS_HYPOTHESIS = True
 except ImportError:  # pragma: no cover

@@ -22,9 +22,6 @@ import torch
 GEMM_EFFICIENCY = 0.65
 COPY_EFFICIENCY = 0.87
 
-# Dense fp16/bf16 tensor-core FLOPs per SM per clock, by compute capability.
-_FLOPS_PER_SM_CLOCK = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
-
 # A form must be at least this much faster than stock on the roofline: below
 # it, kernel efficiency decides, which the roofline cannot see.
 MARGIN = 1.1
@@ -39,34 +36,35 @@ MIN_STEP_SHARE = 0.05
 MAX_PARTS = 4
 # The in-place GEMM's K tile: pieces of whole tiles run unmasked.
 BLOCK_K = 64
-# Widest piece for which the one-loop kernel runs; at a compute-bound GEMM it
-# trails cuBLAS too far to be taken without a benchmark.
-ONE_LOOP_MAX_WIDTH = 256
-# The CPU rule: the "view" form pays forward+backward from this many rows,
-# pieces this wide, and this share of K written by in-graph pointwise
-# producers.
-CPU_MIN_ROWS = 256
-CPU_MIN_PIECE_WIDTH = 64
-CPU_MIN_PRODUCED_SHARE = 1 / 3
+# Widest piece counted as narrow: at a compute-bound GEMM, narrow pieces keep
+# the template too far behind cuBLAS to be taken without a benchmark.
+NARROW_PIECE_WIDTH = 256
+
+
+def has_template(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the in-place template computes this site (16-bit inputs with
+    fp32 accumulation, on a GPU); elsewhere the ``"mm"`` form is stock."""
+    return device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
 
 
 @functools.cache
 def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     """Sustained GEMM FLOPs per byte of DRAM traffic on a CUDA device, from
-    its properties; None where they are unknown."""
+    Inductor's device figures (``get_device_tflops``, ``get_gpu_dram_gbps``,
+    as ``pad_mm`` uses them); None where they are unknown."""
+    from ..utils import get_device_tflops, get_gpu_dram_gbps
+
     if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
         return None
     if not torch.cuda.is_available() or torch.version.hip is not None:
         return None
-    props = torch.cuda.get_device_properties(device)
-    per_clock = _FLOPS_PER_SM_CLOCK.get((props.major, props.minor))
-    sm_khz = getattr(props, "clock_rate", 0)
-    mem_khz = getattr(props, "memory_clock_rate", 0)
-    bus_bits = getattr(props, "memory_bus_width", 0)
-    if not (per_clock and sm_khz and mem_khz and bus_bits):
+    with torch.cuda.device(device):
+        flops = get_device_tflops(dtype) * 1e12
+        dram = get_gpu_dram_gbps() * 1e9
+    if not (flops >= 1e12 and dram > 0):
+        # a figure off by orders of magnitude (e.g. a clock rate read in the
+        # wrong unit) would screen out every site
         return None
-    flops = props.multi_processor_count * sm_khz * 1e3 * per_clock
-    dram = mem_khz * 1e3 * 2 * bus_bits / 8  # double data rate
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 
 
@@ -84,7 +82,6 @@ class CatLinearSite:
     n: int
     dtype: torch.dtype
     device: torch.device
-    needs_grad: bool
     # Per part: written by a pointwise op that stock fuses into the cat.
     produced: tuple[bool, ...]
     max_autotune: bool = False
@@ -106,16 +103,13 @@ class CatLinearSite:
         return roofline(*self._gemm_flops_bytes(), ridge)
 
     def saved_bytes(self) -> float:
-        """The cat traffic a form saves: every piece forward+backward (the
-        saved cat and its gradient go away), else the pieces without a fused
-        producer."""
-        saved = sum(
-            w for w, p in zip(self.widths, self.produced) if self.needs_grad or not p
-        )
+        """The cat traffic a form saves: the pieces without a fused producer
+        (stock writes a pointwise producer's output straight into the cat)."""
+        saved = sum(w for w, p in zip(self.widths, self.produced) if not p)
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:
-        gemms = self.gemm_cost(ridge) * (3 if self.needs_grad else 1)
+        gemms = self.gemm_cost(ridge)
         return (gemms + self.saved_bytes()) / gemms
 
     def compute_bound(self, ridge: float) -> bool:
@@ -133,79 +127,62 @@ class Decision:
 
 
 def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
-    """Per-site policy.  ``step_cost``: the graph's roofline cost in the
-    units of ``roofline``, for the share gate (None: not applied)."""
-    if site.device.type == "cpu":
-        return _decide_cpu(site)
-    if site.device.type == "cuda":
-        return _decide_cuda(site, step_cost)
-    return Decision(None, f"no rule for device {site.device}")
-
-
-def _decide_cpu(site: CatLinearSite) -> Decision:
-    """The "view" form, only where it removes the saved cat and its gradient
-    and the pieces are wide enough for separate GEMMs; forward only, the C++
-    backend writes the pieces into the cat buffer and one GEMM wins.  fp32
-    only: in a 16-bit dtype each piece's product would be rounded before the
-    sum, where stock rounds once."""
-    if site.dtype != torch.float32:
-        return Decision(None, f"the CPU rule is for float32, not {site.dtype}")
-    if not site.needs_grad:
-        return Decision(None, "forward only on CPU: stock's single GEMM wins")
-    produced = sum(w for w, p in zip(site.widths, site.produced) if p)
-    if produced < CPU_MIN_PRODUCED_SHARE * site.k:
-        return Decision(None, f"producers write {produced} of {site.k} columns")
-    if min(site.widths) < CPU_MIN_PIECE_WIDTH:
-        return Decision(None, f"a piece is narrower than {CPU_MIN_PIECE_WIDTH}")
-    if site.rows < CPU_MIN_ROWS:
-        return Decision(None, f"{site.rows} rows, fewer than {CPU_MIN_ROWS}")
-    return Decision("view", "CPU rule", "cat_linear_cpu_rule")
-
-
-def _decide_cuda(site: CatLinearSite, step_cost: float | None) -> Decision:
-    """The in-place GEMM, forward only: forward+backward its per-piece
-    gradients cost what the cat saved."""
-    if site.needs_grad:
-        return Decision(None, "forward+backward on CUDA: stock")
+    """Per-site policy for one GEMM of a forward or backward graph.
+    ``step_cost``: the graph's roofline cost in the units of ``roofline``, for
+    the share gate (None: not applied).  ``Decision.counter`` names the reason
+    (``counters["inductor"]["cat_linear_<counter>"]``)."""
+    if site.device.type != "cuda":
+        # The C++ backend writes pointwise pieces straight into the cat
+        # buffer and one GEMM on it wins.
+        return Decision(None, f"no in-place GEMM on {site.device.type}", "device")
     ridge = ridge_point(site.device, site.dtype)
     if ridge is None:
-        return Decision(None, f"no roofline figures for {site.dtype} on this device")
+        return Decision(
+            None, f"no roofline figures for {site.dtype} on this device", "no_figures"
+        )
+    if any(site.produced):
+        # stock writes the producer's output straight into the cat; the
+        # template reads it from a buffer of its own, which the roofline sees
+        # as even but which ran slower than stock
+        return Decision(
+            None,
+            "a piece is made by a pointwise op stock fuses into the cat",
+            "produced",
+        )
     bound = site.speedup_bound(ridge)
     if bound < MARGIN:
-        return Decision(
-            None, f"best case {bound:.2f}x is below {MARGIN}x", "cat_linear_screened"
-        )
+        return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
     if site.max_autotune:
-        return Decision("mm", "max_autotune benchmarks it", "cat_linear_autotune")
+        return Decision("mm", "max_autotune benchmarks it", "autotune")
     if bound < MM_MIN_BOUND_WITHOUT_BENCHMARK:
-        return Decision(None, f"best case {bound:.2f}x: only max_autotune can tell")
+        return Decision(
+            None, f"best case {bound:.2f}x: only max_autotune can tell", "below_bound"
+        )
     if any(w % BLOCK_K for w in site.widths):
         return Decision(
-            None, "a piece is not whole K tiles: only max_autotune can tell"
+            None, "a piece is not whole K tiles: only max_autotune can tell", "k_tail"
         )
-    narrow = max(site.widths) <= ONE_LOOP_MAX_WIDTH
+    narrow = max(site.widths) <= NARROW_PIECE_WIDTH
     if narrow and site.compute_bound(ridge):
-        return Decision(None, "narrow pieces at a compute-bound GEMM")
+        return Decision(None, "narrow pieces at a compute-bound GEMM", "compute_bound")
     if step_cost is not None:
         share = site.saved_bytes() / step_cost if step_cost > 0 else 1.0
         if share < MIN_STEP_SHARE:
             return Decision(
                 None,
                 f"saves {share:.1%} of its graph's step, less than {MIN_STEP_SHARE:.0%}",
-                "cat_linear_small_share",
+                "small_share",
             )
-    return Decision("mm", f"best case {bound:.2f}x", "cat_linear_roofline")
+    return Decision("mm", f"best case {bound:.2f}x", "roofline")
 
 
-def gemm_step_cost(
-    rows: int, k: int, n: int, itemsize: int, needs_grad: bool, ridge: float
-) -> float:
-    """One GEMM of a graph's step (three forward+backward), for the share gate."""
+def gemm_step_cost(rows: int, k: int, n: int, itemsize: int, ridge: float) -> float:
+    """One GEMM of a graph's step, for the share gate."""
     flops = 2.0 * rows * n * k
     nbytes = ((rows + n) * k + rows * n) * itemsize
-    return roofline(flops, nbytes, ridge) * (3 if needs_grad else 1)
+    return roofline(flops, nbytes, ridge)
 
 
-def cat_step_cost(numel: int, itemsize: int, needs_grad: bool) -> float:
-    """One cat of a graph's step (and its gradient's split), for the share gate."""
-    return 2.0 * numel * itemsize * (2 if needs_grad else 1)
+def cat_step_cost(numel: int, itemsize: int) -> float:
+    """One cat of a graph's step (a write and a read), for the share gate."""
+    return 2.0 * numel * itemsize

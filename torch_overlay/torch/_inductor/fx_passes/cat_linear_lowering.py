@@ -1,0 +1,282 @@
+"""
+``cat_linear``: ``mm(cat(parts, -1), W^T)`` lowered without the cat.
+
+``linear(cat([x0, x1, ...], -1), W, b)`` reaches the post-grad graphs as
+``addmm(b, cat(parts, 1), permute(W))`` (through a ``view`` to 2-D for 3-D
+parts).  It is one GEMM whose input is split along K, so the pieces can be
+read where they live instead of being copied into a cat buffer first.  The
+lowering pattern registered here (in ``post_grad.py``, like ``mm_plus_mm``)
+hands such a site to ``kernel/cat_linear.py``:
+
+* ``can_fuse_cat_mm`` says whether the site is one: structure, shapes,
+  dtypes.  Below autograd nothing else needs proving: the graph is
+  functional, grad mode and aliasing are settled, and the partitioner has
+  already decided what the backward saves (a cat it saves has another user
+  and stays).
+* ``should_fuse_cat_mm`` says whether it pays, analytically
+  (``cat_linear_fused_cost.decide``): nothing is compiled or timed at compile
+  time; under ``max_autotune`` the sites that can gain go to autotuning.
+
+``pre_grad_fusion_options["cat_linear"]`` turns it on (``{}``); its
+``"form"`` forces ``"mm"`` (the in-place template), ``"view"`` (a chain of
+per-piece GEMMs) or ``"off"``.  Every site taken bumps
+``counters["inductor"]["cat_linear"]``; every site declined is logged with
+its reason and counted under ``cat_linear_<reason>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import torch
+from torch._dynamo.utils import counters
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .. import config
+from ..pattern_matcher import (
+    CallFunction,
+    KeywordArg,
+    Match,
+    register_lowering_pattern,
+)
+from . import cat_linear_fused_cost as cost
+
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+FORMS = ("mm", "view")
+
+_step_costs: weakref.WeakKeyDictionary[torch.fx.Graph, dict[float, float]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def options() -> dict[str, Any] | None:
+    """The switch: ``pre_grad_fusion_options["cat_linear"]``, None when off."""
+    opts = config.pre_grad_fusion_options.get("cat_linear")
+    if opts is None:
+        return None
+    form = opts.get("form")
+    if form not in (None, "off", *FORMS):
+        raise ValueError(
+            'pre_grad_fusion_options["cat_linear"]["form"] must be one of '
+            f"{(None, 'off', *FORMS)}, got {form!r}"
+        )
+    return opts
+
+
+def _decline(key: str, reason: str, node: torch.fx.Node) -> bool:
+    log.debug("skipping cat_linear: %s at %s", reason, node)
+    counters["inductor"][f"cat_linear_{key}"] += 1
+    return False
+
+
+def _val(node: Any) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _hint(size: Any) -> int:
+    """A size's value at trace time, without a guard (Inductor's fallback for
+    an unbacked one)."""
+    if isinstance(size, int):
+        return size
+    hint = size.node.shape_env.size_hint(size.node.expr, allow_none=True)
+    return config.unbacked_symint_fallback if hint is None else int(hint)
+
+
+def _is_fused_producer(node: torch.fx.Node) -> bool:
+    """A single-user pointwise op: stock writes it straight into the cat."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and len(node.users) == 1
+        and isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.pointwise in target.tags
+    )
+
+
+def step_cost(graph: torch.fx.Graph, ridge: float) -> float:
+    """Roofline cost of the graph's GEMMs and cats (``cost.roofline`` units),
+    once per graph: a site's share of it is what the share gate weighs."""
+    per_ridge = _step_costs.setdefault(graph, {})
+    if ridge in per_ridge:
+        return per_ridge[ridge]
+    total = 0.0
+    for node in graph.find_nodes(op="call_function", target=aten.cat.default):
+        out = _val(node)
+        if out is not None:
+            total += cost.cat_step_cost(_hint(out.numel()), out.element_size())
+    for target, lhs in ((aten.mm.default, 0), (aten.addmm.default, 1)):
+        for node in graph.find_nodes(op="call_function", target=target):
+            a, out = _val(node.args[lhs]), _val(node)
+            if a is None or out is None or a.dim() != 2:
+                continue
+            m, k = (_hint(s) for s in a.shape)
+            n = _hint(out.shape[-1])
+            total += cost.gemm_step_cost(m, k, n, out.element_size(), ridge)
+    per_ridge[ridge] = total
+    return total
+
+
+def _parts_and_rows(match: Match) -> tuple[list[torch.fx.Node], Any] | None:
+    parts = match.kwargs["parts"]
+    if not isinstance(parts, (list, tuple)) or not all(
+        isinstance(p, torch.fx.Node) for p in parts
+    ):
+        return None
+    return list(parts), match.kwargs.get("size", [None])[0]
+
+
+def can_fuse_cat_mm(match: Match) -> bool:
+    """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
+    3-D cat to 2-D) a site the lowering computes exactly?"""
+    gemm = match.output_node()
+    found = _parts_and_rows(match)
+    if found is None:
+        return _decline("not_nodes", "a part is not a graph node", gemm)
+    parts, _ = found
+    vals = [_val(p) for p in parts]
+    mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
+    if mat2 is None or out is None or any(v is None for v in vals):
+        return _decline("no_meta", "missing tensor metadata", gemm)
+    rank = vals[0].dim()  # type: ignore[union-attr]
+    dim = match.kwargs["dim"]
+    if not 2 <= len(parts) <= cost.MAX_PARTS:
+        return _decline(
+            "num_parts", f"{len(parts)} parts, not 2 to {cost.MAX_PARTS}", gemm
+        )
+    if any(v.dim() != rank for v in vals) or rank != (  # type: ignore[union-attr]
+        3 if "size" in match.kwargs else 2
+    ):
+        return _decline("rank", "not 2-D parts, or 3-D ones viewed to 2-D", gemm)
+    if not isinstance(dim, int) or dim % rank != rank - 1:
+        return _decline("cat_dim", f"a cat on dim {dim}, not the last", gemm)
+    widths = [v.shape[-1] for v in vals]  # type: ignore[union-attr]
+    size = match.kwargs.get("size")
+    if size is not None and (len(size) != 2 or size[1] != sum(widths)):
+        return _decline("view", f"a view of the cat to {size}", gemm)
+    if any(not isinstance(w, int) or w <= 0 for w in widths):
+        # a guard per symbolic width would specialize it
+        return _decline("width", "a symbolic or empty part width", gemm)
+    if not statically_known_true(sum(widths) == mat2.shape[0]):
+        return _decline("k", "mat2 does not match the cat's width", gemm)
+    dtypes = {v.dtype for v in (*vals, mat2, out)}  # type: ignore[union-attr]
+    if len(dtypes) != 1 or not out.dtype.is_floating_point:
+        return _decline("dtype", f"mixed or non-floating dtypes {dtypes}", gemm)
+    if len({v.device for v in (*vals, mat2)}) != 1:  # type: ignore[union-attr]
+        return _decline("device", "operands on several devices", gemm)
+    return True
+
+
+def site(match: Match) -> cost.CatLinearSite:
+    """The site as the decision sees it (sizes on their hints)."""
+    parts, _ = _parts_and_rows(match)  # type: ignore[misc]
+    vals = [_val(p) for p in parts]
+    out = _val(match.output_node())
+    assert out is not None and all(v is not None for v in vals)
+    return cost.CatLinearSite(
+        rows=_hint(out.shape[0]),
+        widths=tuple(v.shape[-1] for v in vals),  # type: ignore[union-attr]
+        n=_hint(out.shape[1]),
+        dtype=out.dtype,
+        device=out.device,
+        produced=tuple(_is_fused_producer(p) for p in parts),
+        max_autotune=config.max_autotune or config.max_autotune_gemm,
+    )
+
+
+def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
+    """The form the site takes, or None for stock."""
+    gemm = match.output_node()
+    form = opts.get("form")
+    the_site = site(match)
+    if form == "off":
+        _decline("off", "turned off", gemm)
+        return None
+    if form == "view" and the_site.dtype.itemsize < 4:
+        # each piece's product would be rounded before the sum
+        _decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
+        return None
+    if form == "mm" and not cost.has_template(the_site.device, the_site.dtype):
+        _decline(
+            "no_template",
+            f"no in-place template for {the_site.dtype} on {the_site.device.type}",
+            gemm,
+        )
+        return None
+    if form is not None:
+        return form
+    ridge = cost.ridge_point(the_site.device, the_site.dtype)
+    graph_cost = None if ridge is None else step_cost(gemm.graph, ridge)
+    decision = cost.decide(the_site, graph_cost)
+    counters["inductor"][f"cat_linear_{decision.counter}"] += 1
+    if decision.form is None:
+        log.debug("skipping cat_linear: %s at %s", decision.reason, gemm)
+        return None
+    log.debug(
+        "cat_linear: %s %s -> %s as %s (%s)",
+        gemm,
+        the_site.widths,
+        the_site.n,
+        decision.form,
+        decision.reason,
+    )
+    return decision.form
+
+
+def _check(match: Match) -> bool:
+    opts = options()
+    if opts is None or not can_fuse_cat_mm(match):
+        return False
+    form = should_fuse_cat_mm(match, opts)
+    if form is None:
+        return False
+    match.kwargs["form"] = form
+    counters["inductor"]["cat_linear"] += 1
+    return True
+
+
+def _lower(
+    match: Match,
+    *,
+    parts: list[Any],
+    dim: int,
+    mat2: Any,
+    form: str,
+    bias: Any = None,
+    size: Any = None,
+) -> Any:
+    from ..kernel.cat_linear import lower_cat_mm
+
+    return lower_cat_mm(form, parts, mat2, bias, None if size is None else size[0])
+
+
+def _patterns() -> list[Any]:
+    cat = CallFunction(
+        aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=1
+    )
+    viewed = CallFunction(
+        [aten.view.default, aten.reshape.default], cat, KeywordArg("size"), _users=1
+    )
+    patterns = []
+    for lhs in (cat, viewed):
+        patterns.append(CallFunction(aten.mm.default, lhs, KeywordArg("mat2")))
+        patterns.append(
+            CallFunction(
+                aten.addmm.default, KeywordArg("bias"), lhs, KeywordArg("mat2")
+            )
+        )
+    return patterns
+
+
+def register_cat_linear_lowerings(pass_dict: Any) -> None:
+    """Register the ``cat_linear`` lowering patterns into ``pass_dict`` (one
+    of ``post_grad.pass_patterns``)."""
+    for pattern in _patterns():
+        register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
+            _lower
+        )
