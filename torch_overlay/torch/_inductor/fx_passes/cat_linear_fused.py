@@ -6,21 +6,18 @@ split along K, so the pieces can be read where they live::
 
     linear(cat([x0, x1], -1), W, b) == linear(x0, W[:, :k0], b) + linear(x1, W[:, k0:])
 
-The ``cat_linear`` pre-grad fusion (``pre_grad_fusion_options["cat_linear"]``
-in group_batch_fusion.py) drives this module through ``CatLinearRule``:
-``match_cat_linear`` says whether a rewrite is exact (structure, shapes,
-dtypes, mutations), ``cat_linear_fused_cost.decide`` whether it pays and in
-which form, and ``CatLinearMatch.rewrite`` makes it:
+These are the explicit entry points, which rewrite above autograd (a pre-grad
+graph) into the ``"view"`` form, per-piece linears on column views of W,
+summed: ``fuse_cat_linear_in_graph`` rewrites every site that
+``match_cat_linear`` proves exact (structure, shapes, dtypes, grad mode,
+aliasing, mutations) within ``MAX_PARTS``, ``MIN_PIECE_WIDTH`` and
+``MAX_TOTAL_CAT_WIDTH``, with no profitability check, and
+``cat_linear_fused_pre_grad_pass`` wraps it as a ``CustomGraphPass``.
+Calling them is the decision.
 
-* ``"view"``: per-piece linears on column views of W, summed.  On CPU
-  forward+backward this drops the saved cat and its gradient.
-* ``"mm"``: the ``inductor::cat_linear`` op, whose lowering
-  (kernel/cat_linear.py) reads the pieces in place in one GEMM.
-
-The fusion's options may force a form (``{"form": "view" | "mm" | "off"}``).
-``fuse_cat_linear_in_graph`` is the explicit mechanism: every safe site
-within ``MAX_PARTS``, ``MIN_PIECE_WIDTH`` and ``MAX_TOTAL_CAT_WIDTH``, in the
-``"view"`` form, with no profitability check.
+The ``cat_linear`` switch (``pre_grad_fusion_options["cat_linear"]``) does not
+use them: it turns on the post-grad lowering of cat_linear_lowering.py, where
+none of those proofs is needed.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import config
 from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
 from ..pattern_matcher import get_arg_value, is_mutation_op
 from . import cat_linear_fused_cost as cost
@@ -58,18 +54,8 @@ MAX_PARTS = cost.MAX_PARTS
 MIN_PIECE_WIDTH = 16
 MAX_TOTAL_CAT_WIDTH = 16384
 
-FORMS = ("view", "mm")
 LINEAR_TARGETS = (F.linear, torch._C._nn.linear)
 CAT_TARGETS = (torch.cat, torch.concat, torch.concatenate)
-
-# Producers that Inductor fuses into the write of the cat buffer, by name
-# (torch.relu, F.relu, "relu" as a method, operator.add ...).
-_POINTWISE_PRODUCERS = frozenset(
-    ("relu", "sigmoid", "tanh", "gelu", "silu", "exp", "neg", "abs")
-    + ("add", "mul", "sub", "div", "truediv")
-)
-# GEMMs by name, and the position of their input, for the graph's step cost.
-_GEMM_INPUT = {"linear": 0, "matmul": 0, "mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}
 
 
 def _name(target: Any) -> str:
@@ -85,24 +71,6 @@ def _val(node: Any) -> torch.Tensor | None:
         return None
     val = node.meta.get("example_value", node.meta.get("val"))
     return val if isinstance(val, torch.Tensor) else None
-
-
-def _hint(size: Any) -> int | None:
-    """A size's value at trace time (a SymInt's hint), without a guard."""
-    if isinstance(size, torch.SymInt):
-        hint = size.node.hint
-        return None if hint is None else int(hint)
-    return int(size)
-
-
-def _numel_hint(val: torch.Tensor) -> int | None:
-    numel = 1
-    for size in val.shape:
-        hint = _hint(size)
-        if hint is None:
-            return None
-        numel *= hint
-    return numel
 
 
 def _fake_eval(fn: Any, *args: Any) -> Any:
@@ -439,7 +407,6 @@ class GraphIndex:
                 # None (unknown) makes every part count as the caller's
                 storages = self.alias_storages(out)
                 self.escaping.update({None} if storages is None else storages)
-        self._step_cost: dict[float, float] = {}
 
     def alias_storages(self, node: torch.fx.Node) -> frozenset[Any] | None:
         """The storages ``node``'s value may share at run time: its own, and,
@@ -545,45 +512,6 @@ class GraphIndex:
         assert isinstance(found, int)
         return found
 
-    def step_cost(self, ridge: float) -> float:
-        """Roofline cost of the graph's GEMMs and cats (``cost.roofline``
-        units): the rest is left out, so a site's share of it is high."""
-        if ridge in self._step_cost:
-            return self._step_cost[ridge]
-        total = 0.0
-        for node in self.graph.nodes:
-            out = _val(node) if node.op in ("call_function", "call_method") else None
-            numel = None if out is None else _numel_hint(out)
-            if out is None or numel is None:
-                continue
-            idx = _GEMM_INPUT.get(_name(node.target))
-            grad = out.requires_grad
-            if _name(node.target) in ("cat", "concat", "concatenate"):
-                total += cost.cat_step_cost(numel, out.element_size(), grad)
-                continue
-            a = _val(get_arg_value(node, idx)) if idx is not None else None
-            k = None if a is None or a.dim() == 0 else _hint(a.shape[-1])
-            if a is None or k is None or _numel_hint(a) is None:
-                continue
-            n = _hint(out.shape[-1]) if out.dim() else 1
-            if not n:
-                continue
-            total += cost.gemm_step_cost(
-                numel // n, k, n, out.element_size(), grad, ridge
-            )
-        self._step_cost[ridge] = total
-        return total
-
-
-def _is_fused_producer(node: torch.fx.Node) -> bool:
-    """A single-user pointwise op: Inductor writes it straight into the cat."""
-    if node.op not in ("call_function", "call_method") or len(node.users) != 1:
-        return False
-    target = node.target
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return torch.Tag.pointwise in getattr(target, "tags", ())
-    return _name(target) in _POINTWISE_PRODUCERS
-
 
 @dataclass
 class CatLinearMatch:
@@ -607,40 +535,14 @@ class CatLinearMatch:
     def bias(self) -> torch.fx.Node | None:
         return get_arg_value(self.linear, 2, "bias")
 
-    def site(self) -> cost.CatLinearSite | None:
-        """The site as the decision sees it; None without size hints."""
-        out = _val(self.linear)
-        rows = _numel_hint(_val(self.cat))  # type: ignore[arg-type]
-        assert out is not None
-        n = _hint(out.shape[-1])
-        if rows is None or n is None:
-            return None
-        return cost.CatLinearSite(
-            rows=rows // sum(self.widths),
-            widths=tuple(self.widths),
-            n=n,
-            dtype=out.dtype,
-            device=out.device,
-            needs_grad=out.requires_grad,
-            produced=tuple(_is_fused_producer(p) for p in self.parts),
-            max_autotune=config.max_autotune or config.max_autotune_gemm,
-        )
-
     def rewrite(self, form: str, index: GraphIndex | None = None) -> torch.fx.Node:
         """Replace the linear (and the cat, if it has no other user) by
         ``form``; ``index``, if given, learns of the change."""
         graph = self.linear.graph
         with graph.inserting_before(self.linear):
-            if form == "view":
-                out = self._rewrite_view(graph)
-            elif form == "mm":
-                from ..kernel.cat_linear import cat_linear
-
-                out = self._call(
-                    graph, cat_linear._opoverload, self.parts, self.weight, self.bias
-                )
-            else:
+            if form != "view":
                 raise AssertionError(f"unknown cat_linear form {form!r}")
+            out = self._rewrite_view(graph)
         new_val = out.meta.get("example_value")
         out.meta.update(
             {k: v for k, v in self.linear.meta.items() if k != "example_value"}
