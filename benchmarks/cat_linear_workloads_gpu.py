@@ -235,7 +235,7 @@ def worker(a):
     model = model.to(dtype)
     eager = make_step(model, model, dtype, inputs, gouts, train, input_grad)()
     res = {"workload": a.workload, "mode": a.mode, "tuning": a.tuning, "variant": a.variant,
-           "desc": desc, "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__,
+           "desc": desc, "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__, "form": a.form,
            "machine": torch.cuda.get_device_name() if cuda else f"cpu x{os.cpu_count()}"}  # fmt: skip
 
     def dump():
@@ -337,6 +337,7 @@ def summarize(cells):
             continue
         sites = p[0]["sites"]
         row = {"workload": key[0], "mode": key[1], "tuning": key[2], "processes": [len(s), len(p)],
+               "form": p[0].get("form"),
                "sites": sites, "rewritten": sorted({c["rewritten"] for c in p}), "counters": p[0]["counters"],
                "pass_s": med(p, "pass_s"), "lower_s": med(p, "lower_s"), "ok": all(c["ok"] for c in s + p)}  # fmt: skip
         for k in ("err_rel_eager", "err_rel", "err_abs"):
@@ -361,7 +362,7 @@ def report(meta, rows):
     out = [f"{meta.get('machine')}, torch {meta.get('torch')}, {meta.get('dtype')}; one cold process per cell "
            "(max_autotune's too); step: median of rounds (largest spread of rounds). AI: each site's GEMM "
            "FLOP/byte, (ridge): the device's, below it memory-bound.", "",
-           "| workload | mode | tuning | rewritten/sites | AI (ridge) | device µs stock / patched (spread) | ratio "
+           "| workload | mode | tuning | rewritten/sites decided | AI (ridge) | device µs stock / patched (spread) | ratio "
            "| host ratio | peak MiB stock / patched | compile s stock / patched | ratio | check s (of stock's compile) "
            "| rel err eager / stock / patched | targets |",
            "|---|---|---|---|---|---|---:|---:|---|---|---:|---:|---|---|"]  # fmt: skip
@@ -371,7 +372,7 @@ def report(meta, rows):
         t = [{True: "speed ok", False: "SLOWER"}.get(r["never_slower"], ""),
              {True: "compile ok", False: "COMPILE +"}.get(r["compile_within_2pct"], "")]  # fmt: skip
         out.append("| " + " | ".join([
-            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}/{len(r['sites'])}", ai,
+            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}" + (f" ({r['form']} forced)" if r.get("form") else f"/{len(r['sites'])}"), ai,
             f"{f(r['device_us_stock'])} / {f(r['device_us_patched'])} ({f(r['device_spread'], '%.3f')})",
             f(r["device_us_ratio"], "%.3f"), f(r["host_us_ratio"], "%.3f"),
             f"{f(r['peak_mib_stock'])} / {f(r['peak_mib_patched'])}",
