@@ -289,6 +289,9 @@ def main(argv=None):
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
     p.add_argument("--small", action="store_true", help="rows capped at 256 (a dry run)")
     p.add_argument("--forms", default="", help="also force these forms (comma-separated: mm, view)")
+    p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
+                   help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
+                        "get_device_tflops / get_gpu_dram_gbps report implausible figures on this torch")
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSON")
     args = p.parse_args(argv)
     if args.summarize:
@@ -298,6 +301,10 @@ def main(argv=None):
     variants = [v for v in VARIANTS if not (args.no_native and v == "native")
                 and not (args.no_upstream and v == "upstream")]  # fmt: skip
     variants += [f for f in args.forms.split(",") if f]
+    if args.pin_figures:
+        tflops, gbps = (float(x) for x in args.pin_figures.split(","))
+        mock.patch("torch._inductor.utils.get_device_tflops", return_value=tflops).start()
+        mock.patch("torch._inductor.utils.get_gpu_dram_gbps", return_value=gbps).start()
     if args.autotune:
         variants += list(AUTOTUNE_VARIANTS)
     dtype = getattr(torch, args.dtype)
