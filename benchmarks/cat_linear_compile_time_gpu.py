@@ -3,13 +3,17 @@
 Each worker is a fresh process with empty Inductor and Triton cache
 directories that compiles a list of sites in order, each forced into the
 in-place GEMM (``pre_grad_fusion_options={"cat_linear": {"form": "mm"}}``,
-bf16, no grad), and records per site the wall time of the first call and the
-compile phases that grew (dynamo's ``compile_times``).  Running the same sites
+bf16, no grad: the post-grad lowering's Triton template), and records per site
+the wall time of the first call, the compile phases that grew (dynamo's
+``compile_times``) and the ``cat_linear*`` counters (``cat_linear`` 1: the
+template was taken; ``cat_linear_no_template``: it was not, and the site
+compiled as stock).  Running the same sites
 in two orders, and once with ``TORCHINDUCTOR_COMPILE_THREADS=1``, says whether
 a slow compile belongs to the site's kernel or to the first kernel of its kind
 in a process.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_compile_time_gpu.py --out $OUT/ct.json
+    python benchmarks/cat_linear_compile_time_gpu.py --device cpu --rows 64 --out /tmp/ct.json   # dry run
 """
 
 import argparse
@@ -40,9 +44,10 @@ def phases():
     return {n: float(v) for n, v in zip(names, values)}
 
 
-def worker(order, result):
+def worker(order, result, device, rows):
     import torch
     import torch.nn.functional as F
+    from torch._dynamo.utils import counters
     from torch._inductor import config
 
     def fn(w, *parts):
@@ -52,17 +57,21 @@ def worker(order, result):
     before = phases()
     for name in order:
         m, widths, n = SITES[name]
-        parts = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for k in widths]
-        w = torch.randn(n, sum(widths), device="cuda", dtype=torch.bfloat16)
+        m = rows or m
+        parts = [torch.randn(m, k, device=device, dtype=torch.bfloat16) for k in widths]
+        w = torch.randn(n, sum(widths), device=device, dtype=torch.bfloat16)
         torch._dynamo.reset()
+        counters.clear()
         with config.patch(pre_grad_fusion_options={"cat_linear": {"form": "mm"}}), torch.no_grad():
             t0 = time.perf_counter()
             torch.compile(fn)(w, *parts)
-            torch.cuda.synchronize()
+            if device == "cuda":
+                torch.cuda.synchronize()
             took = time.perf_counter() - t0
         after = phases()
         grew = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in after), reverse=True)
         out.append({"site": name, "compile_s": round(took, 3),
+                    "counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")},
                     "top_phases": [[k, round(d, 3)] for d, k in grew[:6]]})  # fmt: skip
         before = after
         print(json.dumps(out[-1]), flush=True)
@@ -75,9 +84,11 @@ def main():
     p.add_argument("--out", default="cat_linear_compile_time_gpu.json")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (no template there)")
+    p.add_argument("--rows", type=int, default=0, help="rows per site (0: the site's own)")
     args = p.parse_args()
     if args.worker:
-        return worker(args.worker, args.result)
+        return worker(args.worker, args.result, args.device, args.rows)
     runs = []
     for order, threads in [(ORDERS[0], None), (ORDERS[1], None), (ORDERS[0], "1")]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -85,14 +96,16 @@ def main():
             if threads:
                 env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
             result = f"{tmp}/r.json"
-            cmd = [sys.executable, __file__, "--result", result, "--worker", *order]
+            cmd = [sys.executable, __file__, "--result", result, "--device", args.device,
+                   "--rows", str(args.rows), "--worker", *order]  # fmt: skip
             subprocess.run(cmd, env=env, check=False, timeout=300)
             data = json.load(open(result)) if os.path.exists(result) else None
         runs.append({"order": order, "compile_threads": threads, "sites": data})
         with open(args.out, "w") as f:
             json.dump(runs, f, indent=1)
     for r in runs:
-        cells = [f"{s['site']} {s['compile_s']}s" for s in r["sites"] or []]
+        cells = [f"{s['site']} {s['compile_s']}s {'template' if s['counters'].get('cat_linear') else 'stock'}"
+                 for s in r["sites"] or []]  # fmt: skip
         print(f"threads={r['compile_threads'] or 'default'}: " + ", ".join(cells))
 
 

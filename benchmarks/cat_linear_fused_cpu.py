@@ -1,12 +1,15 @@
 """Paired stock-vs-patched sweep of the ``cat_linear`` fusion on CPU: the
-measurement behind its CPU rule (``cat_linear_fused_cost._decide_cpu``).
+measurement behind its decision there (``cat_linear_fused_cost.decide`` takes no
+CPU site: the C++ backend writes pointwise pieces straight into the cat buffer).
 
 The same harness as ``cat_linear_fused_gpu.py`` (every variant compiled once in
 one process and keeping its code, timed ``--reps`` times interleaved, medians
 and spread), on CPU shapes, fp32, forward and forward+backward, with the host
 time of a step (median of ``--calls`` calls): stock, stock_aa (the A/A pair),
-patched (the fusion deciding per site), view (forced into the "view" form, the
-form the CPU rule takes) and floor (the GEMM on a ready input).  ``--threads``
+patched (the fusion deciding per site), upstream (upstream 2.14.1's own rewrite
+as a function, fusion off), view (forced into the "view" form: the post-grad
+split-K chain, taken where the partitioner saves no cat) and floor (the GEMM on
+a ready input).  ``--threads``
 sets torch's threads; the load average is recorded before and after.
 
     python benchmarks/cat_linear_fused_cpu.py --threads 2 --out benchmarks/results/cat_linear_cpu.json
@@ -34,7 +37,7 @@ SHAPES = [  # (rows, piece widths, N)
     (256, (64, 64), 256),
     (4096, (96, 160), 512),
 ]
-VARIANTS = ("stock", "stock_aa", "patched", "view", "floor")
+VARIANTS = ("stock", "stock_aa", "patched", "upstream", "view", "floor")
 
 
 def host_time_us(fn, calls=10):
@@ -81,7 +84,8 @@ def main(argv=None):
                     f"{m} {'+'.join(map(str, widths))} -> {n} {producer} {mode}: "
                     + " ".join(f"{v}={d[v]:.0f}" for v in VARIANTS)
                     + f"  patched/stock={d['patched'] / d['stock']:.3f}"
-                    + f"  view/stock={d['view'] / d['stock']:.3f}",
+                    + f"  view/stock={d['view'] / d['stock']:.3f}"
+                    + f"  upstream/stock={d['upstream'] / d['stock']:.3f}",
                     flush=True,
                 )
                 result["rows"].append(row)

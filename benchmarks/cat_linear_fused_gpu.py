@@ -7,8 +7,16 @@ on the first piece; forward under ``no_grad`` or forward+backward) it compiles
 
   stock      F.linear(torch.cat(parts, -1), W, b), fusion off
   stock_aa   the same, compiled again: identical code, the A/A pair
-  patched    the same, pre_grad_fusion_options={"cat_linear": {}} (default mode)
+  patched    the same, pre_grad_fusion_options={"cat_linear": {}} (default mode:
+             the post-grad cat_linear lowering, deciding per site)
+  upstream   upstream 2.14.1's own cat_linear rewrite (its pre-grad CatLinearFusion)
+             written out as a function: per-piece F.linear on contiguous column
+             slices of W, summed, the bias on the first piece; compiled with the
+             fusion off.  Timed at every site; the row's ``upstream_gates`` says
+             whether upstream's gates would take the site (N <= 96, >= 512 MiB of
+             cat traffic, 2 to 3 parts, pieces >= 8 wide): old against new, one machine
   native     stock with config.triton.native_matmul (a candidate, not ours)
+  view / mm  the fusion forced into a form (with --forms)
   stock_mat / patched_mat   both under max_autotune (with --autotune)
   floor      F.linear(x, W, b) on an already materialized x (cuBLAS alone)
 
@@ -17,11 +25,14 @@ and times each by GPU device time (``device_time.kernel_time_us``), repeated
 repetitions.  Each patched compile records the fusion's counters (whether the
 site was rewritten and why) and whether the generated code runs a template.
 The summary gives patched/stock per site, the geomean of stock/patched over the
-forward sites where stock is >= 1.2x the floor, and max_autotune's
-patched_mat/floor at the sites where the template was chosen.
+forward sites where stock is >= 1.2x the floor, patched/upstream (at every site
+and at those inside upstream's gates), and max_autotune's patched_mat/floor at the
+sites where the template was chosen.  ``--small`` caps the rows at 256 (a dry run
+of the harness, on ``--device cpu`` too: host time there, not device time).
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_gpu.py --out $OUT/sweep.json
     python benchmarks/cat_linear_fused_gpu.py --summarize benchmarks/results/<file>.json
+    python benchmarks/cat_linear_fused_gpu.py --device cpu --small --dtype float32 --no-native --shapes 0,12 --reps 1   # dry run
 """
 
 import argparse
@@ -56,8 +67,19 @@ SHAPES = [  # (M, piece widths, N): shared/bench/cat_linear_gpu_probe.py and bey
     (4096, (64, 64, 64, 64), 512),
     (2048, (512, 512), 2048),
     (8192, (256, 256), 160),
+    # upstream's own sites: inside its gates (issue #31's review)
+    (1 << 20, (128, 128), 64),
+    (2 << 20, (64, 64), 32),
+    (512 << 10, (256, 256), 96),
+    (1 << 20, (96, 96, 64), 48),
 ]
-VARIANTS = ("stock", "stock_aa", "patched", "native", "floor")
+VARIANTS = ("stock", "stock_aa", "patched", "upstream", "native", "floor")
+# Upstream 2.14.1's gates for its cat_linear rewrite (group_batch_fusion.py:
+# CAT_LINEAR_MAX_OUTPUT_WIDTH, _CAT_TRAFFIC_FLOOR_BYTES, _MAX_PARTS, _MIN_PIECE_WIDTH).
+UPSTREAM_MAX_N = 96
+UPSTREAM_MIN_CAT_BYTES = 512 * 1024 * 1024
+UPSTREAM_MAX_PARTS = 3
+UPSTREAM_MIN_PIECE = 8
 AUTOTUNE_VARIANTS = ("stock_mat", "patched_mat")
 
 
@@ -70,8 +92,49 @@ def make_fn(producer):
     return fn
 
 
+def make_upstream_fn(producer):
+    """Upstream 2.14.1's ``CatLinearFusion`` rewrite of ``make_fn``'s site, as the
+    function it leaves: a linear per piece on a contiguous column slice of the
+    weight (sliced and copied every call: only freezing would fold it), summed in
+    order, the bias on the first piece."""
+
+    def fn(w, b, *parts):
+        if producer == "relu":
+            parts = (torch.relu(parts[0]), *parts[1:])
+        out, k0 = None, 0
+        for i, part in enumerate(parts):
+            k1 = k0 + part.shape[-1]
+            y = F.linear(part, w[:, k0:k1].contiguous(), b if i == 0 else None)
+            out = y if out is None else out + y
+            k0 = k1
+        return out
+
+    return fn
+
+
+def upstream_gates(m, widths, n, itemsize):
+    """Would upstream 2.14.1's gates take the site (rows ``m``, 2-D)?"""
+    return (
+        n <= UPSTREAM_MAX_N
+        and m * sum(widths) * itemsize >= UPSTREAM_MIN_CAT_BYTES
+        and 2 <= len(widths) <= UPSTREAM_MAX_PARTS
+        and min(widths) >= UPSTREAM_MIN_PIECE
+    )
+
+
 def floor_fn(w, b, x):
     return F.linear(x, w, b)
+
+
+def host_time_us(fn, calls=5):
+    """Median host time of ``calls`` calls after one warm-up (``--device cpu``)."""
+    fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
 
 
 def run_and_keep_code(fn, *args):
@@ -125,11 +188,13 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
     ref = make_fn(producer)(w, b, *parts).detach().float()
 
     compiled, row = {}, {"M": m, "Ks": list(widths), "N": n, "producer": producer,
-                         "mode": "fwd+bwd" if bwd else "fwd", "compile_s": {}}  # fmt: skip
+                         "mode": "fwd+bwd" if bwd else "fwd", "compile_s": {},
+                         "upstream_gates": upstream_gates(m, widths, n, dtype.itemsize)}  # fmt: skip
     torch._dynamo.reset()
     for v in variants:
         counters.clear()
-        fn = fresh_code(floor_fn if v == "floor" else make_fn(producer), v)
+        base = {"floor": floor_fn, "upstream": make_upstream_fn(producer)}.get(v) or make_fn(producer)
+        fn = fresh_code(base, v)
         args = (w, b, x) if v == "floor" else (w, b, *parts)
         with inductor_config.patch(inductor_patches(v)):
             cfn = torch.compile(fn)
@@ -187,6 +252,16 @@ def summarize(rows):
             r["device_us"]["stock"] / r["device_us"]["floor"] for r in headroom
         ),
     }
+    if "upstream" in (t[0] if t else {}):
+        out["max_patched_over_upstream"] = max(d["patched"] / d["upstream"] for d in t)
+        gated = [r for r in rows if r.get("upstream_gates")]
+        out["upstream_gate_sites"] = len(gated)
+        out["patched_over_upstream_at_gates"] = [
+            round(r["device_us"]["patched"] / r["device_us"]["upstream"], 3) for r in gated
+        ]
+        out["upstream_over_stock_at_gates"] = [
+            round(r["device_us"]["upstream"] / r["device_us"]["stock"], 3) for r in gated
+        ]
     if "native" in (t[0] if t else {}):
         out["geomean_stock_over_native"] = geomean(
             r["device_us"]["stock"] / r["device_us"]["native"] for r in headroom
@@ -204,12 +279,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="cat_linear_fused_gpu.json")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
     p.add_argument("--producers", default="input,relu")
     p.add_argument("--modes", default="fwd", help="fwd, fwd+bwd or both (comma-separated)")
     p.add_argument("--autotune", action="store_true", help="add the max_autotune pair")
     p.add_argument("--no-native", action="store_true")
+    p.add_argument("--no-upstream", action="store_true", help="leave out upstream's rewrite")
+    p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
+    p.add_argument("--small", action="store_true", help="rows capped at 256 (a dry run)")
     p.add_argument("--forms", default="", help="also force these forms (comma-separated: mm, view)")
     p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
                    help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
@@ -220,7 +298,8 @@ def main(argv=None):
         rows = [r for f in args.summarize for r in json.load(open(f))["rows"]]
         print(json.dumps(summarize(rows), indent=1))
         return
-    variants = [v for v in VARIANTS if not (args.no_native and v == "native")]
+    variants = [v for v in VARIANTS if not (args.no_native and v == "native")
+                and not (args.no_upstream and v == "upstream")]  # fmt: skip
     variants += [f for f in args.forms.split(",") if f]
     if args.pin_figures:
         tflops, gbps = (float(x) for x in args.pin_figures.split(","))
@@ -230,8 +309,9 @@ def main(argv=None):
         variants += list(AUTOTUNE_VARIANTS)
     dtype = getattr(torch, args.dtype)
     idx = range(len(SHAPES)) if args.shapes is None else map(int, args.shapes.split(","))
+    cuda = args.device == "cuda"
     result = {
-        "machine": torch.cuda.get_device_name(),
+        "machine": torch.cuda.get_device_name() if cuda else f"cpu x{os.cpu_count()}",
         "torch": torch.__version__,
         "dtype": args.dtype,
         "reps": args.reps,
@@ -240,14 +320,17 @@ def main(argv=None):
     }
     for i in idx:
         m, widths, n = SHAPES[i]
+        m = min(m, 256) if args.small else m
         for mode in args.modes.split(","):
             for producer in args.producers.split(","):
-                row = run_site(m, widths, n, producer, mode == "fwd+bwd", variants,
-                               args.reps, dtype)  # fmt: skip
+                row = run_site(m, widths, n, producer, mode == "fwd+bwd", variants, args.reps, dtype,
+                               dev=args.device, timer=None if cuda else host_time_us)  # fmt: skip
                 d = row["device_us"]
+                up = (f"  upstream/stock={d['upstream'] / d['stock']:.3f}"
+                      f" (gates {'in' if row['upstream_gates'] else 'out'})") if "upstream" in d else ""
                 print(f"{m} {'+'.join(map(str, widths))} -> {n} {producer} {mode}: "
                       + " ".join(f"{v}={d[v]:.1f}" for v in variants)
-                      + f"  patched/stock={d['patched'] / d['stock']:.3f}"
+                      + f"  patched/stock={d['patched'] / d['stock']:.3f}" + up
                       + f"  {row.get('patched_counters')}", flush=True)  # fmt: skip
                 result["rows"].append(row)
                 result["summary"] = summarize(result["rows"])

@@ -12,18 +12,20 @@ sites, pieces 96 to 1024 wide, made by ``gelu``/``relu`` or taken from graph inp
 Each measurement is a fresh process (this script with ``--worker``) with empty
 TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.  It runs the step eagerly (fp32 and
 the benchmark's dtype: the references; CUDA/cuBLAS start-up) and computes Inductor's
-system key (a hash of Triton's sources that both variants need once per process:
-stock for the FX graph cache key, the pass for its ``LocalCache``), times the first call
+system key (a hash of Triton's sources, needed once per process for the FX graph
+cache key: computed before either variant compiles), times the first call
 of ``torch.compile(model)`` (compile + first run) with the fusion off (stock) or
-on (patched: ``pre_grad_fusion_options={"cat_linear": {}}``), checks the outputs and every gradient against fp32
+on (patched: ``pre_grad_fusion_options={"cat_linear": {}}``: the post-grad
+``cat_linear`` lowering, deciding per site), checks the outputs and every gradient against fp32
 eager (no further from it than twice eager in the same dtype), then times the step:
 ``device_time.kernel_time_us`` and ``host_time_us`` (CPU: host time only), median of
 ``--rounds``.  Stock and patched alternate for ``--reps`` rounds per mode (forward
 under ``no_grad``, forward+backward); round 1 adds a second stock process (A/A: the
 noise of compile time itself).  No round is started that would end past ``--budget-s``.
-The pass's own wall time is recorded per process (its share of stock's compile: with
-no site rewritten, the rest of the compile is stock's); ``--profile-pass`` adds a
-cProfile of it.
+The lowering's own wall time is recorded per process: its per-site check
+(``cat_linear_lowering._check``, the decision included; its share of stock's compile:
+with no site rewritten, the rest of the compile is stock's) and, apart, the lowering
+of the sites it takes; ``--profile-pass`` adds a cProfile of the check.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_fused_model_gpu.py --out $OUT/model.json
     python benchmarks/cat_linear_fused_model_gpu.py --device cpu --small --reps 1   # dry run
@@ -104,9 +106,9 @@ def worker(args):
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
 
-    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+    from torch._inductor.fx_passes import post_grad
 
-    assert "cat_linear" in PRE_GRAD_FUSIONS, "install the inductor-cat-linear-fused patch first"
+    assert hasattr(post_grad, "register_cat_linear_lowerings"), "install the inductor-cat-linear-fused patch first"
     cuda, train = args.device == "cuda", args.mode == "fwd+bwd"
     dtype = getattr(torch, args.dtype)
     B, d_text, d_image, d_audio, *rest = SIZES["small" if args.small else "full"]
@@ -143,13 +145,12 @@ def worker(args):
     if args.max_autotune:
         ic.max_autotune = True
     decisions = SiteDecisions()
-    pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
+    pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_lowering")
     pass_log.addHandler(decisions)
     pass_log.setLevel(logging.DEBUG)
-    # Inductor's system key (CacheBase.get_system: a hash of Triton's sources, about
-    # 0.4 s once per process) is computed by stock for its FX-graph-cache key and by
-    # the pass for its LocalCache lookup, whichever runs first.  Computed here in
-    # both variants, so that neither compile carries it and the pass's time is its own.
+    # Inductor's system key (CacheBase.get_system: a hash of Triton's sources, once
+    # per process) is computed for the FX-graph-cache key by whichever compile runs
+    # first.  Computed here in both variants, so that neither compile carries it.
     from torch._inductor.codecache import CacheBase
 
     t0 = time.perf_counter()
@@ -195,7 +196,7 @@ def worker(args):
         "counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")},
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
-        "phases_s": phases, "pass_s": pass_s, "system_key_s": system_key_s, "pass_profile": profile_top(profile),
+        "phases_s": phases, "pass_s": pass_s[0], "lower_s": pass_s[1], "system_key_s": system_key_s, "pass_profile": profile_top(profile),
         "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
         "host_us": statistics.median(host), "host_us_rounds": host, "batch": B,
         "torch": torch.__version__,
@@ -207,26 +208,42 @@ def worker(args):
 
 
 def time_the_pass(profile):
-    """Wrap the fusion's per-node work (``CatLinearRule.match`` and ``fuse``) to
-    record its wall time, and with ``profile`` a cProfile of it: what the fusion's
-    own share of the compile is spent on."""
+    """Wrap the lowering's per-site check (``cat_linear_lowering._check``: whether a
+    matched ``mm``/``addmm`` of a cat is a site, and the decision) where post-grad's
+    pattern passes hold it, to record its wall time, and with ``profile`` a cProfile
+    of it: the lowering's own share of the compile.  Returns ([check seconds,
+    lowering seconds], profile); the lowering (``_lower``: the site's IR, with the
+    template's choices where it takes the "mm" form) is timed apart, not profiled:
+    under max_autotune it includes the choices' benchmarks."""
     import cProfile
+    import functools
 
-    from torch._inductor.fx_passes.cat_linear_fused import CatLinearRule
+    from torch._inductor.fx_passes import cat_linear_lowering, post_grad
 
-    times = [0.0]
+    times = [0.0, 0.0]
     prof = cProfile.Profile() if profile else None
-    for name in ("match", "fuse"):
-        inner = getattr(CatLinearRule, name)
 
-        def timed(*a, inner=inner):
+    def timed(inner, slot, prof=None):
+        @functools.wraps(inner)  # keeps _inductor_lowering_function on the lowering
+        def wrapper(*a, **kw):
             t0 = time.perf_counter()
             try:
-                return inner(*a) if prof is None else prof.runcall(inner, *a)
+                return inner(*a, **kw) if prof is None else prof.runcall(inner, *a, **kw)
             finally:
-                times[0] += time.perf_counter() - t0
+                times[slot] += time.perf_counter() - t0
 
-        setattr(CatLinearRule, name, timed)
+        return wrapper
+
+    post_grad.lazy_init()
+    seen = set()
+    for pass_dict in post_grad.pass_patterns:
+        for entries in pass_dict.patterns.values():
+            for e in entries:
+                if e.extra_check is cat_linear_lowering._check and id(e) not in seen:
+                    seen.add(id(e))
+                    e.extra_check = timed(e.extra_check, 0, prof)
+                    e.handler = timed(e.handler, 1)
+    assert seen, "no cat_linear pattern in post_grad.pass_patterns: install the inductor-cat-linear-fused patch"
     return times, prof
 
 
@@ -324,10 +341,12 @@ def summarize(mode, runs):
         "ok": all(r["ok"] for r in s + p + aa),
     }  # fmt: skip
     row["phase_deltas"] = phase_deltas(s, p)
-    # The pass's own wall time (all graphs of one process), and its share of
+    # The check's own wall time (all graphs of one process), and its share of
     # stock's compile: with no site rewritten, the code generated is stock's
-    # and this is the whole of what the pass adds.
-    row["pass_s_patched"] = med([{"v": sum(r["pass_s"])} for r in p if "pass_s" in r], "v")
+    # and this is the whole of what the lowering adds.  Then the lowering of the
+    # sites it took (their IR; under max_autotune, the choices' benchmarks too).
+    row["pass_s_patched"] = med(p, "pass_s")
+    row["lower_s_patched"] = med(p, "lower_s")
     row["pass_share_of_compile"] = ratio(row["pass_s_patched"], cs)
     row["pass_profile"] = next((r["pass_profile"] for r in p if r.get("pass_profile")), None)
     for k in ("kernel_us", "host_us"):
@@ -377,11 +396,11 @@ def markdown(meta, rows):
             out += [f"- {d['phase']}: {d['stock_s']:.3f} -> {d['patched_s']:.3f} ({d['delta_s']:+.3f})"
                     for d in r["phase_deltas"]]
         if r.get("pass_s_patched") is not None:
-            out += ["", f"{r['mode']}: the pass's own time (median per process): "
+            out += ["", f"{r['mode']}: the per-site check's own time (median per process): "
                     f"{r['pass_s_patched']:.3f} s, {f(r['pass_share_of_compile'], '%.3f')} "
-                    "of stock's compile"]
+                    f"of stock's compile; lowering the sites taken: {f(r.get('lower_s_patched'), '%.3f')} s"]
         if r.get("pass_profile"):
-            out += ["", f"{r['mode']}: in the pass (cProfile, cumulative s, calls):"]
+            out += ["", f"{r['mode']}: in the check (cProfile, cumulative s, calls):"]
             out += [f"- {t:.3f} s {n}x {name}" for t, n, name in r["pass_profile"][:12]]
     return "\n".join(out)
 

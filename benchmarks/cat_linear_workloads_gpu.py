@@ -10,18 +10,22 @@ that really compute ``linear(cat(parts, -1), W, b)`` (issue #27, part 2), on one
   dots])`` 479->1024->512->1, batch 16k.  128 + 351 are not whole 64-wide K tiles: the
   default mode leaves that site to max_autotune (reported as it is, not padded).
 * ``multimodal``: ``FusionHead`` of ``cat_linear_fused_model_gpu.py``, full widths and
-  batch (8192), a 2-layer trunk (8 sites); its inputs need grad in training.
+  batch (8192), a 2-layer trunk (8 sites); its inputs need grad in training (each
+  step's inputs are leaves of its own, so their gradients are compared too).
 
 Each cell (workload x mode x tuning x variant) is a fresh process (this script with
 ``--worker``) with empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: every compile
 time is cold, max_autotune's too.  Modes: ``inference`` (forward under ``no_grad``) and
 ``training`` (forward+backward).  Variants, run as a pair in alternating order:
-``stock`` (``pre_grad_fusion_options = {}``) and ``patched`` (``{"cat_linear": {}}``),
+``stock`` (``pre_grad_fusion_options = {}``) and ``patched`` (``{"cat_linear": {}}``:
+the post-grad ``cat_linear`` lowering deciding per site; ``--form`` forces a form),
 the same torch.  A worker runs the step eagerly in fp32 (the reference) and in the
-dtype (bf16 on CUDA, fp32 on CPU), computes Inductor's system key, times the first
-compiled call (compile + first run), and records: the pass's own time, the
-``cat_linear*`` counters (``cat_linear``: sites rewritten) and the pass's logged
-reasons; per site as the pass's cost model saw it, the GEMM's arithmetic intensity
+dtype (bf16 on CUDA, fp32 on CPU; ``--dtype``), computes Inductor's system key, times
+the first compiled call (compile + first run), and records: the lowering's own time
+(its per-site check ``cat_linear_lowering._check``, and apart the lowering of the
+sites it took), the ``cat_linear*`` counters (``cat_linear``: sites rewritten,
+``cat_linear_<reason>``: sites declined) and the lowering's logged reasons; per site
+as the decision (``cat_linear_fused_cost.decide``) saw it, the GEMM's arithmetic intensity
 (FLOP/byte), the device's ridge point (below it: memory-bound) and the roofline's best
 case; the max abs/rel error of each output and gradient against fp32 eager, and
 eager's own in the dtype; peak memory (``max_memory_allocated`` growth over one step);
@@ -35,11 +39,14 @@ with a budget of its own: ``--tunings max_autotune`` (inference; ``--autotune-mo
 adds training).  No cell starts that is estimated to end past ``--budget-s``, a worker
 still running at the budget is killed, and every cell left out is printed.  ``--small``
 (tiny sizes, one EdgeConv layer) runs one pair per workload, ``SMALL_PLAN``, which
-covers both modes and tunings and, on CPU, a rewritten site (``--all-cells``: all).
+covers both modes and tunings (``--all-cells``: all).  On CPU the decision takes no
+site; ``--form view`` is the dry run of a rewrite (in inference: in training the
+partitioner saves the cat for the weight gradient, and the site stays stock).
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --out $OUT/wl.json
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --tunings max_autotune --out $OUT/wl_mat.json
     python benchmarks/cat_linear_workloads_gpu.py --device cpu --small --out /tmp/wl.json   # dry run
+    python benchmarks/cat_linear_workloads_gpu.py --device cpu --small --form view --out /tmp/wl.json
 """
 
 import argparse
@@ -71,7 +78,7 @@ WORKLOADS = ("gnn", "dlrm", "multimodal")
 GNN_SIZES = {"full": (100_000, 20, 64, 128, 2), "small": (1000, 8, 64, 64, 1)}
 DLRM_SIZES = {"full": (16384, 13, (512, 256, 128), 26, 10_000, (1024, 512)),
         "small": (256, 13, (16,), 26, 50, (32,))}  # fmt: skip
-# --small's cells: one pair per workload, covering each mode, tuning and (training on CPU) a rewrite.
+# --small's cells: one pair per workload, covering each mode and tuning.
 SMALL_PLAN = [("gnn", "training", "default"), ("dlrm", "inference", "default"),
               ("multimodal", "inference", "max_autotune")]
 # Guessed seconds per worker until one of the same tuning and mode has run.
@@ -167,7 +174,10 @@ def build(workload, small, gnn_choice):
 
 
 def make_step(module, fn, dtype, inputs, gouts, train, input_grad):
-    ins = [x.to(dtype).requires_grad_(train and input_grad) if x.is_floating_point() else x for x in inputs]
+    # Leaves of their own (detach first): ``x.to(dtype)`` of an input that an earlier
+    # step made require grad would be a non-leaf, whose ``.grad`` stays None.
+    ins = [x.detach().to(dtype).requires_grad_(train and input_grad) if x.is_floating_point() else x
+           for x in inputs]  # fmt: skip
     gs = [g.to(dtype) for g in gouts]
     leaves = [*module.parameters()] + [x for x in ins if x.requires_grad]
 
@@ -194,8 +204,7 @@ def record_sites(cost, sites):
         flops = 2.0 * site.rows * site.k * site.n
         nbytes = ((site.rows + site.n) * site.k + site.rows * site.n) * site.itemsize
         ridge = cost.ridge_point(site.device, site.dtype)
-        sites.append({"rows": site.rows, "widths": list(site.widths), "n": site.n, "needs_grad": site.needs_grad,
-                      "produced": list(site.produced), "intensity": round(flops / nbytes, 1),
+        sites.append({"rows": site.rows, "widths": list(site.widths), "n": site.n, "produced": list(site.produced), "intensity": round(flops / nbytes, 1),
                       "ridge": ridge and round(ridge, 1), "memory_bound": ridge and flops / nbytes < ridge,
                       "best_case": ridge and round(site.speedup_bound(ridge), 3), "form": d.form,
                       "reason": d.reason})  # fmt: skip
@@ -208,12 +217,12 @@ def worker(a):
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
     from torch._inductor.codecache import CacheBase
-    from torch._inductor.fx_passes import cat_linear_fused_cost as cost
-    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+    from torch._inductor.fx_passes import cat_linear_fused_cost as cost, post_grad
 
-    assert "cat_linear" in PRE_GRAD_FUSIONS, "install the inductor-cat-linear-fused patch first"
+    assert hasattr(post_grad, "register_cat_linear_lowerings"), "install the inductor-cat-linear-fused patch first"
     cuda, train = a.device == "cuda", a.mode == "training"
-    dtype = torch.bfloat16 if cuda else torch.float32  # the fusion is fp16/bf16-only on CUDA
+    # the template is fp16/bf16-only (on CUDA); the "view" form fp32-only
+    dtype = getattr(torch, a.dtype) if a.dtype else torch.bfloat16 if cuda else torch.float32
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(0)
     model, inputs, out_shapes, input_grad, desc = build(a.workload, a.small, a.gnn)
@@ -226,17 +235,18 @@ def worker(a):
     model = model.to(dtype)
     eager = make_step(model, model, dtype, inputs, gouts, train, input_grad)()
     res = {"workload": a.workload, "mode": a.mode, "tuning": a.tuning, "variant": a.variant,
-           "desc": desc, "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__,
+           "desc": desc, "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__, "form": a.form,
            "machine": torch.cuda.get_device_name() if cuda else f"cpu x{os.cpu_count()}"}  # fmt: skip
 
     def dump():
         with open(a.result, "w") as f:
             json.dump(res, f)
 
-    ic.pre_grad_fusion_options = {"cat_linear": {}} if a.variant == "patched" else {}
+    forced = {} if a.form is None else {"form": a.form}
+    ic.pre_grad_fusion_options = {"cat_linear": forced} if a.variant == "patched" else {}
     ic.max_autotune = a.tuning == "max_autotune"
     decisions, sites = SiteDecisions(), []
-    pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_fused")
+    pass_log = logging.getLogger("torch._inductor.fx_passes.cat_linear_lowering")
     pass_log.addHandler(decisions)
     pass_log.setLevel(logging.DEBUG)
     pass_log.propagate = False  # recorded, not printed
@@ -251,7 +261,7 @@ def worker(a):
     sync()
     res["compile_s"] = time.perf_counter() - t0
     c = counters["inductor"]
-    res.update(pass_s=pass_s[0], rewritten=c["cat_linear"], decisions=decisions.lines, sites=sites,
+    res.update(pass_s=pass_s[0], lower_s=pass_s[1], rewritten=c["cat_linear"], decisions=decisions.lines, sites=sites,
                counters={k: v for k, v in c.items() if k.startswith("cat_linear")},
                phases_s=compile_phases())  # fmt: skip
     # per tensor: max |x - fp32| (abs), / max |fp32| (rel); the rule of cat_linear_fused_model_gpu.py
@@ -295,6 +305,7 @@ def run_worker(a, cell, timeout):
         result = os.path.join(tmp, "result.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--result", result,
                "--device", a.device, "--rounds", str(a.rounds), "--gnn", a.gnn,
+               *(["--dtype", a.dtype] if a.dtype else []), *(["--form", a.form] if a.form else []),
                *[f"--{k}={cell[k]}" for k in ("workload", "mode", "tuning", "variant")]]  # fmt: skip
         cmd += ["--small"] if a.small else []
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -326,8 +337,9 @@ def summarize(cells):
             continue
         sites = p[0]["sites"]
         row = {"workload": key[0], "mode": key[1], "tuning": key[2], "processes": [len(s), len(p)],
+               "form": p[0].get("form"),
                "sites": sites, "rewritten": sorted({c["rewritten"] for c in p}), "counters": p[0]["counters"],
-               "pass_s": med(p, "pass_s"), "ok": all(c["ok"] for c in s + p)}  # fmt: skip
+               "pass_s": med(p, "pass_s"), "lower_s": med(p, "lower_s"), "ok": all(c["ok"] for c in s + p)}  # fmt: skip
         for k in ("err_rel_eager", "err_rel", "err_abs"):
             row[f"{k}_stock"], row[f"{k}_patched"] = max(c[k] for c in s), max(c[k] for c in p)
         for k in ("device_us", "host_us", "peak_mib", "compile_s"):
@@ -350,8 +362,8 @@ def report(meta, rows):
     out = [f"{meta.get('machine')}, torch {meta.get('torch')}, {meta.get('dtype')}; one cold process per cell "
            "(max_autotune's too); step: median of rounds (largest spread of rounds). AI: each site's GEMM "
            "FLOP/byte, (ridge): the device's, below it memory-bound.", "",
-           "| workload | mode | tuning | rewritten/sites | AI (ridge) | device µs stock / patched (spread) | ratio "
-           "| host ratio | peak MiB stock / patched | compile s stock / patched | ratio | pass s (of stock's compile) "
+           "| workload | mode | tuning | rewritten/sites decided | AI (ridge) | device µs stock / patched (spread) | ratio "
+           "| host ratio | peak MiB stock / patched | compile s stock / patched | ratio | check s (of stock's compile) "
            "| rel err eager / stock / patched | targets |",
            "|---|---|---|---|---|---|---:|---:|---|---|---:|---:|---|---|"]  # fmt: skip
     for r in rows:
@@ -360,7 +372,7 @@ def report(meta, rows):
         t = [{True: "speed ok", False: "SLOWER"}.get(r["never_slower"], ""),
              {True: "compile ok", False: "COMPILE +"}.get(r["compile_within_2pct"], "")]  # fmt: skip
         out.append("| " + " | ".join([
-            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}/{len(r['sites'])}", ai,
+            r["workload"], r["mode"], r["tuning"], f"{','.join(map(str, r['rewritten']))}" + (f" ({r['form']} forced)" if r.get("form") else f"/{len(r['sites'])}"), ai,
             f"{f(r['device_us_stock'])} / {f(r['device_us_patched'])} ({f(r['device_spread'], '%.3f')})",
             f(r["device_us_ratio"], "%.3f"), f(r["host_us_ratio"], "%.3f"),
             f"{f(r['peak_mib_stock'])} / {f(r['peak_mib_patched'])}",
@@ -370,7 +382,7 @@ def report(meta, rows):
             f"{f(r['err_rel_eager_stock'], '%.1e')} / {f(r['err_rel_stock'], '%.1e')} / "
             f"{f(r['err_rel_patched'], '%.1e')}" + ("" if r["ok"] else " FAIL"), ", ".join(x for x in t if x)]) + " |")
     out.append("\nCompile ratios of single cold processes carry their process-to-process noise (--reps N gives "
-               "medians); the pass's own time and share of stock's compile are its cost.  On CPU the host times are "
+               "medians); the per-site check's own time and share of stock's compile are its cost.  On CPU the host times are "
                "one call per round: a dry run's, not figures.")
     out.append("\nWhere the rewritten sites are memory-bound (AI below the ridge), and what the step got:")
     for r in rows:
@@ -399,6 +411,10 @@ def main(argv=None):
     ap.add_argument("--gnn", default="auto", choices=["auto", "pyg", "ref"],
                     help="EdgeConv: torch_geometric's if importable (auto), or EdgeConvRef")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                    help="default: bfloat16 on CUDA, float32 elsewhere")
+    ap.add_argument("--form", default=None, choices=["view", "mm"],
+                    help="patched forced into this form (dry runs: on CPU the decision takes no site)")
     ap.add_argument("--small", action="store_true", help="tiny sizes and SMALL_PLAN's cells (CPU dry run)")
     ap.add_argument("--all-cells", action="store_true", help="with --small: every cell, not SMALL_PLAN")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -425,7 +441,8 @@ def main(argv=None):
     if a.small and not a.all_cells:
         skipped.append(f"--small runs only {SMALL_PLAN} (--all-cells: every cell)")
     meta = {"command": " ".join([sys.executable, *sys.argv]), "host": platform.node(), "cpus": os.cpu_count(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "budget_s": a.budget_s, "small": a.small}  # fmt: skip
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "budget_s": a.budget_s, "small": a.small,
+            "form": a.form}  # fmt: skip
     cells, took = [], {}  # seconds per worker: by (workload, mode, tuning), and the most by (tuning, mode)
 
     def write():

@@ -1,22 +1,31 @@
-"""CPU demo of the ``cat_linear`` fusion (run by `python -m tools demo` in a venv
+"""CPU demo of the ``cat_linear`` lowering (run by `python -m tools demo` in a venv
 with the patch set installed).
 
-Compiles a training step (forward+backward) of
-linear(cat([relu(a), sigmoid(b)], -1), W, bias) three ways (both pieces are made
-in the graph: with gradients, a piece the caller owns, such as an input, keeps
-its cat) -- stock (the fusion off), the fusion deciding per site
-(``pre_grad_fusion_options={"cat_linear": {}}``; on CPU its rule takes this
-forward+backward site in the "view" form) and the fusion forced into its other
-form, "mm" (the ``inductor::cat_linear`` op, which on CPU lowers to stock's cat
-+ addmm) -- and shows what fired: the counters, the form the decision picked,
-the GEMM / cat lines of the generated forward and backward code, and a
-FileCheck of the forward (stock and "mm" write the cat buffer from one C++
-kernel that also runs relu and sigmoid, then one addmm reads it; "view" has no
-cat buffer and one addmm per piece).
+``linear(cat([relu(a), sigmoid(b)], -1), W, bias)`` reaches Inductor's post-grad
+graphs as ``addmm(bias, cat(...), permute(W))``; the ``cat_linear`` lowering pattern
+(``fx_passes/cat_linear_lowering.py``, registered from ``post_grad.py`` like
+``mm_plus_mm``) matches it there, below autograd, and decides per site.  The demo
+compiles the site four ways and shows what fired: the ``cat_linear*`` counters, the
+per-site decision's logged reason, the GEMM / C++ kernel lines of the generated
+code, and a FileCheck of it:
+
+1. inference (``no_grad``), stock (the fusion off): one C++ kernel writes relu and
+   sigmoid into the cat buffer, one addmm reads it;
+2. inference, the fusion forced into its ``"view"`` form
+   (``pre_grad_fusion_options={"cat_linear": {"form": "view"}}``): no cat buffer,
+   one extern addmm per piece on a column slice of W (the second adds into the first);
+3. inference, the fusion deciding per site (``{"cat_linear": {}}``): it declines on
+   CPU (the C++ backend writes the pointwise pieces straight into the cat buffer and
+   one GEMM on it wins) and counts why (``cat_linear_device``); the code is stock's;
+4. a training step (forward+backward) with the ``"view"`` form forced: the weight
+   gradient reads the cat, so the partitioner saves it for the backward; the cat has
+   a second user and the site stays stock (nothing to rewrite, nothing counted);
+   gradients match eager.
 
 It does not time anything: one compile on a shared 2-core machine says nothing
 about speed. Paired, repeated measurements are in benchmarks/README.md.
 """
+import logging
 import re
 import warnings
 
@@ -33,63 +42,113 @@ def model(a, b, w, bias):
 
 
 def gemm_lines(code):
-    return [ln.strip() for ln in code.splitlines() if re.search(r"extern_kernels\.\w*mm\(|cpp_fused_\w*\(", ln)]
+    return [ln.strip() for ln in code.splitlines() if re.search(r"extern_kernels\.\w*mm\(|^\s*cpp_fused_\w*\(", ln)]
 
 
-def step(fn, args):
-    fn(*args).sum().backward()
+class Reasons(logging.Handler):
+    """The lowering's DEBUG log: the form a site took, or why it was skipped."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
 
 
-def filecheck(code, rewritten):
-    """FileCheck of the forward graph's code (the first module run_and_get_code returns)."""
-    fc = FileCheck()
-    if rewritten:
-        fc = fc.check_count("extern_kernels.addmm(", 2, exactly=True)
-    else:
-        fc = fc.check_count("extern_kernels.addmm(", 1, exactly=True)
+def filecheck(codes, check):
     try:
-        fc.run(code)
+        check(codes)
         return "passed"
     except RuntimeError as e:
         return "FAILED: " + str(e).splitlines()[0]
 
 
-def main():
-    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+def one_addmm_over_the_cat(codes):
+    # stock: one C++ kernel for both pieces (it writes the cat buffer), one addmm
+    FileCheck().check("cpp_fused_relu_sigmoid").check_count("extern_kernels.addmm(", 1, exactly=True).run(codes[0])
 
-    if "cat_linear" not in PRE_GRAD_FUSIONS:
+
+def an_addmm_per_piece(codes):
+    # "view": relu and sigmoid each in their own kernel, each read by its own addmm
+    # on a column slice of W (offset 0, then 256: the second piece's columns), the
+    # second accumulating into the first's output
+    (FileCheck().check_not("cpp_fused_relu_sigmoid").check("cpp_fused_relu")
+     .check("extern_kernels.addmm(").check(", 0), alpha=1")
+     .check("cpp_fused_sigmoid").check("extern_kernels.addmm(buf").check(", 256), alpha=1")
+     .check_count("extern_kernels.addmm(", 0, exactly=True).run(codes[0]))  # fmt: skip
+
+
+def saved_cat(codes):
+    # training: the forward computes the cat once and one addmm over it, and the
+    # backward's weight gradient reads the saved cat (an mm with it as an input)
+    one_addmm_over_the_cat(codes)
+    FileCheck().check("assert_size_stride(cat,").check("extern_kernels.mm(").check(", cat, out=").run(codes[1])
+
+
+def main():
+    try:
+        from torch._inductor.fx_passes import cat_linear_lowering, post_grad
+    except ImportError:
+        raise SystemExit("the inductor-cat-linear-fused patch is not installed in this torch") from None
+    if not hasattr(post_grad, "register_cat_linear_lowerings"):
         raise SystemExit("the inductor-cat-linear-fused patch is not installed in this torch")
     torch.manual_seed(0)
     a, b = torch.randn(1024, 256), torch.randn(1024, 256)
     w, bias = torch.randn(256, 512) / 512**0.5, torch.randn(256)
-    args = tuple(t.requires_grad_() for t in (a, b, w, bias))
-    ref = model(*args)
     # force_disable_caches (every variant really compiles) makes dynamo warn that PGO is off: expected here
     warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    reasons = Reasons()
+    cat_linear_lowering.log.addHandler(reasons)
+    cat_linear_lowering.log.setLevel(logging.DEBUG)
+    cat_linear_lowering.log.propagate = False  # printed below, not twice by torch's handler
     failed = []
-    for label, options, rewritten in [
-        ("stock", {}, False),
-        ('fusion, decided per site: the CPU rule picks "view"', {"cat_linear": {}}, True),
-        ('fusion forced into "mm" (on CPU: lowered to cat + addmm)', {"cat_linear": {"form": "mm"}}, False),
-    ]:
+    variants = [
+        # label, fusion options, training step?, rewrites expected, declines expected, FileCheck
+        ("inference, stock (fusion off)", {}, False, 0, {}, one_addmm_over_the_cat),
+        ('inference, fusion forced into "view"', {"form": "view"}, False, 1, {}, an_addmm_per_piece),
+        ("inference, fusion deciding per site", {}, False, 0, {"cat_linear_device": 1}, one_addmm_over_the_cat),
+        ('training step, fusion forced into "view"', {"form": "view"}, True, 0, {}, saved_cat),
+    ]
+    for i, (label, opts, train, want, declines, check) in enumerate(variants):
+        options = {} if i == 0 else {"cat_linear": opts}
+        args = [t.clone().requires_grad_(train) for t in (a, b, w, bias)]
+        ref_args = [t.clone().requires_grad_(train) for t in (a, b, w, bias)]
         torch._dynamo.reset()
         counters.clear()
+        reasons.lines.clear()
         with inductor_config.patch(force_disable_caches=True, pre_grad_fusion_options=options):
             fn = torch.compile(model)
-            out, codes = run_and_get_code(step, fn, args)
-        torch.testing.assert_close(fn(*args), ref, atol=1e-4, rtol=1e-4)
-        fired = counters["inductor"]["cat_linear"]
-        verdict = filecheck(codes[0], rewritten)
-        if (fired > 0) != bool(options) or verdict != "passed":
+            if train:
+                def run():
+                    out = fn(*args)
+                    out.sum().backward()
+                    return out
+            else:
+                def run():
+                    with torch.no_grad():
+                        return fn(*args)
+            out, codes = run_and_get_code(run)
+        ref = model(*ref_args)
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        if train:
+            ref.sum().backward()
+            for got, exp in zip(args, ref_args):
+                torch.testing.assert_close(got.grad, exp.grad, atol=1e-4, rtol=1e-4)
+        ours = {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")}
+        fired = ours.get("cat_linear", 0)
+        verdict = filecheck(codes, check)
+        if fired != want or any(ours.get(k) != v for k, v in declines.items()) or verdict != "passed":
             failed.append(label)
         print(f"== {label}")
-        print(f"   counters: {dict((k, v) for k, v in counters['inductor'].items() if 'cat_linear' in k) or '{}'}"
-              f"  -> {'rewritten' if fired else 'not rewritten'}")
-        print("   generated GEMM / cat lines (forward, then backward):")
+        print(f"   counters: {ours or '{}'}  -> {'rewritten' if fired else 'not rewritten'}")
+        for line in reasons.lines:
+            print(f"   decision: {line}")
+        print(f"   generated GEMM / C++ kernel lines ({'forward, then backward' if train else 'forward'}):")
         for ln in gemm_lines("\n".join(codes)):
-            print("   |", ln[:110])
-        print(f"   FileCheck (forward: {'an addmm per piece' if rewritten else 'one addmm over the cat'}): {verdict}")
-        print("   outputs match eager: yes")
+            print("   |", ln[:120])
+        print(f"   FileCheck ({check.__name__.replace('_', ' ')}): {verdict}")
+        print(f"   outputs{' and gradients' if train else ''} match eager: yes")
     print("== speed: not measured here; see benchmarks/README.md")
     if failed:
         raise SystemExit(f"unexpected result for: {', '.join(failed)}")
