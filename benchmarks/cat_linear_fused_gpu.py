@@ -211,6 +211,9 @@ def main(argv=None):
     p.add_argument("--autotune", action="store_true", help="add the max_autotune pair")
     p.add_argument("--no-native", action="store_true")
     p.add_argument("--forms", default="", help="also force these forms (comma-separated: mm, view)")
+    p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
+                   help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
+                        "get_device_tflops / get_gpu_dram_gbps report implausible figures on this torch")
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSON")
     args = p.parse_args(argv)
     if args.summarize:
@@ -219,6 +222,10 @@ def main(argv=None):
         return
     variants = [v for v in VARIANTS if not (args.no_native and v == "native")]
     variants += [f for f in args.forms.split(",") if f]
+    if args.pin_figures:
+        tflops, gbps = (float(x) for x in args.pin_figures.split(","))
+        mock.patch("torch._inductor.utils.get_device_tflops", return_value=tflops).start()
+        mock.patch("torch._inductor.utils.get_gpu_dram_gbps", return_value=gbps).start()
     if args.autotune:
         variants += list(AUTOTUNE_VARIANTS)
     dtype = getattr(torch, args.dtype)

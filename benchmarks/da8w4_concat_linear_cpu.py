@@ -148,7 +148,19 @@ def compile_variant(mod, x, concat, clone, gate=True):
     from torch._inductor.fx_passes import da8w4_concat_linear as pass_mod
 
     counters.clear()
-    pass_mod._always_clone_outputs = clone
+    # fused+clone: the group is decided as usual, then its rewrite gives every
+    # split output a contiguous copy (what torchao's pass emits).
+    replace = pass_mod.Da8w4ConcatLinearMatch.replace
+    if clone:
+        def replace_cloning(match):
+            reads_in_place = pass_mod._reads_split_in_place
+            pass_mod._reads_split_in_place = lambda *args: False
+            try:
+                replace(match)
+            finally:
+                pass_mod.Da8w4ConcatLinearMatch.replace = replace
+
+        pass_mod.Da8w4ConcatLinearMatch.replace = replace_cloning
     saved_bytes, max_rows = pass_mod.SAVED_BYTES_PER_CALL, pass_mod.MAX_FUSED_ROWS
     if not gate:
         pass_mod.SAVED_BYTES_PER_CALL = pass_mod.MAX_FUSED_ROWS = 1 << 62
@@ -166,7 +178,7 @@ def compile_variant(mod, x, concat, clone, gate=True):
             fn = torch.compile(copy.deepcopy(mod), dynamic=False)
             fn(x)
     finally:
-        pass_mod._always_clone_outputs = False
+        pass_mod.Da8w4ConcatLinearMatch.replace = replace
         pass_mod.SAVED_BYTES_PER_CALL, pass_mod.MAX_FUSED_ROWS = saved_bytes, max_rows
     fusions = counters["inductor"]["da8w4_concat_linear"]
     # With the pass on it may still decline (split-output copies worth more

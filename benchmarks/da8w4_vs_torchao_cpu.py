@@ -11,7 +11,9 @@ token to asymmetric uint8, as torchao's flow does), prepacks it with its own pre
 and writes its bf16 outputs, which the parent compares: max difference in bf16 ulps of
 the result, share of bit-identical elements, relative error norm between the two.
 The weights stay warm in the cache (the same tensors every call), as in the issue's
-measurement. % of peak is 2*M*N*K / time against threads * 1024 int8 MAC/cycle (AMX
+measurement. After timing, each worker counts the minor page faults of one more call
+(getrusage): an output of 32 MiB or more is a fresh mmap on every call (glibc), so its
+pages fault again each time. % of peak is 2*M*N*K / time against threads * 1024 int8 MAC/cycle (AMX
 TMUL, per core) * 2 * the clock in --clock-ghz (default: the largest "cpu MHz" in
 /proc/cpuinfo, which is stated in the output).
 
@@ -29,6 +31,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -145,6 +148,9 @@ def worker(args):
             call = lambda: op(xq, sa, za, *packed, bias, torch.bfloat16)  # noqa: E731
             t = time_op(call, args.min_time, args.reps)
             results[f"{name}:{m}"] = t
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            call()
+            results[f"minflt:{name}:{m}"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
             if args.save_outputs:
                 torch.save(call(), os.path.join(args.save_outputs, f"{name}_{m}.pt"))
     with open(args.result, "w") as f:
@@ -264,8 +270,8 @@ def main():
         print()
         extra = "".join(f" {name} ratio |" for name, _ in variants)
         print(f"| shape | M | torchao (us) | ours (us) | torchao / ours |{extra} torchao % peak | ours % peak "
-              "| max diff (bf16 ulp) | identical | rel. diff |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|")
+              "| max diff (bf16 ulp) | identical | rel. diff | page faults per call, torchao / ours |")
+        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|---:|")
         table = []
         for name in args.shapes:
             k, n = SHAPES[name]
@@ -275,11 +281,14 @@ def main():
                 ops = 2 * m * n * k
                 ulps, same, rel = compare(os.path.join(tmp, "out_torchao_0"), os.path.join(tmp, "out_ours_0"), name, m)
                 vcols = "".join(f" {ta / med[v][key]:.2f}x |" for v, _ in variants)
+                fa, fo = med["torchao"].get("minflt:" + key, -1), med["ours"].get("minflt:" + key, -1)
                 print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
                       f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {ulps:.0f} | {100 * same:.1f}% | "
-                      f"{rel:.1e} |", flush=True)
+                      f"{rel:.1e} | {fa:.0f} / {fo:.0f} |", flush=True)
                 table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, ulps=ulps, identical=same,
-                                  rel=rel, **{f"{v}_s": med[v][key] for v, _ in variants}))
+                                  rel=rel, torchao_minflt=fa, ours_minflt=fo,
+                                  **{f"{v}_s": med[v][key] for v, _ in variants},
+                                  **{f"{v}_minflt": med[v].get("minflt:" + key, -1) for v, _ in variants}))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(machine=machine(args.threads), clock_ghz=clock, rows=table), f, indent=1)

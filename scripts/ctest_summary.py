@@ -43,7 +43,10 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         base, sep, suite = r["name"].partition("/")
         groups[base if sep else "once"].append({**r, "suite": suite if sep else r["name"]})
-    lines = [f"{'base':<9} {'suite':<42} {'status':<7} {'passed':>6} {'failed':>6} {'skipped':>7} {'error':>5} {'time':>7}"]
+    # columns as wide as their longest entry, so a long suite or base name never shifts the ones after it
+    wb = max([4, *(len(b) for b in groups)])
+    ws = max([5, *(len(r["suite"]) for g in groups.values() for r in g)])
+    lines = [f"{'base':<{wb}} {'suite':<{ws}} {'status':<7} {'passed':>6} {'failed':>6} {'skipped':>7} {'error':>5} {'time':>7}"]
     totals = []
     for base in sorted(groups, key=lambda b: (b == "once", b)):
         tot = dict.fromkeys(_KEYS, 0)
@@ -54,7 +57,7 @@ def render(rows: list[dict]) -> str:
                 tot[k] += c.get(k, 0)
             secs += r["seconds"]
             cells = [str(c.get(k, "-")) if c else "-" for k in _KEYS]
-            lines.append(f"{base:<9} {r['suite']:<42} {r['status']:<7} {cells[0]:>6} {cells[1]:>6} {cells[2]:>7} "
+            lines.append(f"{base:<{wb}} {r['suite']:<{ws}} {r['status']:<7} {cells[0]:>6} {cells[1]:>6} {cells[2]:>7} "
                          f"{cells[3]:>5} {r['seconds']:>6.0f}s")
         failed_suites = sum(r["status"] != "passed" for r in groups[base])
         totals.append(f"{base}: {len(groups[base])} suites ({failed_suites} failed), {tot['passed']} passed, "

@@ -60,6 +60,17 @@ build_csrc() {
   cmake --build "$BUILD"   # re-globs test files (CONFIGURE_DEPENDS) and rebuilds csrc/ only if needed
 }
 
+# What setup has ahead of it: "first" (no .venv, no build/, or the patch set not installed: a first run, or after
+# `clean`) or "re-check" (everything there: it only checks, and redoes what changed). `dev.sh setup-kind` prints it.
+setup_kind() {
+  if [ -x "$PY" ] && [ -f "$BUILD/build.ninja" ] &&
+     compgen -G "$VENV/lib/python3*/site-packages/torch/_inductor/.patchset/manifest.json" > /dev/null; then
+    echo re-check
+  else
+    echo first
+  fi
+}
+
 setup() {
   ensure_venv
   install_patchset
@@ -69,10 +80,16 @@ setup() {
 cmd="${1:-}"
 case "$cmd" in
   setup) setup ;;
+  setup-kind) setup_kind ;;
   demo)
     t0=$SECONDS
+    kind="$(setup_kind)"
     setup
-    step "setup took $((SECONDS - t0))s (a re-check when nothing changed); running the demos"
+    if [ "$kind" = first ]; then
+      step "setup took $((SECONDS - t0))s (a first setup: venv, patch set, csrc build); running the demos"
+    else
+      step "setup took $((SECONDS - t0))s (a re-check when nothing changed); running the demos"
+    fi
     exec "$PY" -m tools demo "${@:2}" ;;
   test)
     t0=$SECONDS

@@ -5,8 +5,20 @@ package's modules may be imported as top-level ones (``wheel``, ``install`` ... 
 that entry is replaced by the repo root, so ``tools`` is imported as the package it is.
 """
 
+import signal
 import sys
-from pathlib import Path
+
+
+def _early_interrupt(signum, frame):  # until tools.cli takes over (imports, argument parsing): nothing has run yet
+    sys.stderr.write("interrupted; nothing changed\n")
+    sys.stderr.flush()
+    raise SystemExit(128 + signum)
+
+
+for _sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_sig, _early_interrupt)
+
+from pathlib import Path  # noqa: E402
 
 if not __package__:  # python path/to/tools ...
     _here = Path(__file__).resolve().parent
@@ -14,4 +26,4 @@ if not __package__:  # python path/to/tools ...
 
 from tools.cli import main  # noqa: E402
 
-sys.exit(main(prog=None if __package__ else f"python {Path(__file__).resolve().parent}"))
+sys.exit(main(prog=None if __package__ else f"python {Path(__file__).resolve().parent}", exiting=True))

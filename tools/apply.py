@@ -11,9 +11,11 @@ The checkout is not touched until the whole series has applied. The patches are 
 linked worktree of the checkout (detached at its HEAD, sparse: only the files the series touches are checked out,
 so it costs well under a second on a full PyTorch checkout); when every patch is in, the checkout is
 fast-forwarded to the result (``git read-tree -m -u`` of the files that changed, then ``HEAD`` moved with
-``git update-ref``, one reflog entry). On any failure (or Ctrl-C) the worktree is removed and the checkout is as
-it was: HEAD, refs, index (byte for byte), every file and its mtime, no ``ORIG_HEAD``, no ``.git/rebase-apply``.
-What does remain: the git objects of the attempt (unreferenced; ``git gc`` removes them).
+``git update-ref``, one reflog entry). On any failure, Ctrl-C or SIGTERM (``tools/interrupt.py``: git itself
+never gets the signal, and the fast-forward is a commit step that is rolled back whole) the worktree and the
+temporary directory are removed and the checkout is as it was: HEAD, refs and reflogs, index (byte for byte),
+every file and its mtime, no ``ORIG_HEAD``, no ``.git/rebase-apply``; an interrupted run prints "interrupted;
+nothing changed". What does remain: the git objects of the attempt (unreferenced; ``git gc`` removes them).
 
 Each patch is ``git am``-ed (no 3-way merge, no fuzz) unless it is already there, which is recognised three
 ways and reported:
@@ -48,8 +50,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tools import gitutil
+from tools import gitutil, interrupt
 from tools.common import PatchsetError, add_subcommand, base_of_version, progress
+from tools.fsutil import FileSnapshot
 from tools.patchfile import Patch, parse_patch
 from tools.seriesfile import read_series, series_state
 from tools.sources import Sources, add_repo_root_arg, fresh_series_dir, select_bases, sources_from_args
@@ -130,37 +133,63 @@ def scratch_worktree(checkout: Path, commit: str, paths: list[str], env: dict):
     common = Path(gitutil.git("rev-parse", "--git-common-dir", cwd=checkout, env=env).stdout.strip())
     common = common if common.is_absolute() else (checkout / common).resolve()
     had_worktrees = (common / "worktrees").exists()
-    tmp = Path(tempfile.mkdtemp(prefix="patchset-apply-"))
-    wt = tmp / "worktree"
-    admin = None
+    tmp = wt = admin = None
     try:
-        gitutil.git("-c", "core.hooksPath=/dev/null", "worktree", "add", "--no-checkout", "--detach", wt, commit,
-                    cwd=checkout, env=env)
-        admin = Path(gitutil.git("rev-parse", "--absolute-git-dir", cwd=wt, env=env).stdout.strip())
-        (admin / "info").mkdir(exist_ok=True)
-        (admin / "info" / "sparse-checkout").write_text("".join(_sparse_pattern(p) + "\n" for p in paths))
-        wenv = _sparse_env(env)
-        gitutil.git("read-tree", "-m", "-u", "HEAD", cwd=wt, env=wenv)
+        with interrupt.deferred():  # made whole or not at all, so that the cleanup below knows what to remove
+            tmp = Path(tempfile.mkdtemp(prefix="patchset-apply-"))
+            wt = tmp / "worktree"
+            gitutil.git("-c", "core.hooksPath=/dev/null", "worktree", "add", "--no-checkout", "--detach", wt, commit,
+                        cwd=checkout, env=env)
+            admin = Path(gitutil.git("rev-parse", "--absolute-git-dir", cwd=wt, env=env).stdout.strip())
+            (admin / "info").mkdir(exist_ok=True)
+            (admin / "info" / "sparse-checkout").write_text("".join(_sparse_pattern(p) + "\n" for p in paths))
+            wenv = _sparse_env(env)
+            gitutil.git("read-tree", "-m", "-u", "HEAD", cwd=wt, env=wenv)
         yield wt, wenv
     finally:
-        r = gitutil.git("worktree", "remove", "--force", "--force", wt, cwd=checkout, env=env, check=False)
-        if not r.ok and admin is not None:
-            shutil.rmtree(admin, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not had_worktrees:
-            with contextlib.suppress(OSError):
-                (common / "worktrees").rmdir()
+        with interrupt.deferred():  # a second Ctrl-C does not cut the cleanup short
+            if wt is not None:
+                r = gitutil.git("worktree", "remove", "--force", "--force", wt, cwd=checkout, env=env, check=False)
+                if not r.ok:
+                    if admin is not None:
+                        shutil.rmtree(admin, ignore_errors=True)
+                    gitutil.git("worktree", "prune", cwd=checkout, env=env, check=False)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if not had_worktrees:
+                with contextlib.suppress(OSError):
+                    (common / "worktrees").rmdir()
 
 
 def _fast_forward(checkout: Path, orig: str, new: str, env: dict, msg: str) -> None:
     """Move the clean ``checkout`` from ``orig`` to its descendant ``new``: only the files that differ are
-    written, HEAD (its branch) moves in one reflog entry; on failure it is put back."""
-    gitutil.git("read-tree", "-m", "-u", orig, new, cwd=checkout, env=env)
-    try:
-        gitutil.git("update-ref", "-m", msg, "HEAD", new, orig, cwd=checkout, env=env)
-    except BaseException:
-        gitutil.git("read-tree", "-m", "-u", new, orig, cwd=checkout, env=env, check=False)
-        raise
+    written, HEAD (its branch) moves in one reflog entry. This is apply's commit step: it runs with SIGINT/SIGTERM
+    deferred (``tools.interrupt``); on any failure, or a signal that came meanwhile, everything it wrote (work-tree
+    files, the index, HEAD, the branch and their reflogs) is put back byte for byte, mtimes too."""
+    git_dir = Path(gitutil.git("rev-parse", "--absolute-git-dir", cwd=checkout, env=env).stdout.strip())
+    common = Path(gitutil.git("rev-parse", "--git-common-dir", cwd=checkout, env=env).stdout.strip())
+    common = common if common.is_absolute() else (checkout / common).resolve()
+    changed = gitutil.git("diff", "--name-only", "-z", "--no-renames", orig, new, cwd=checkout, env=env).stdout
+    branch = gitutil.git("symbolic-ref", "-q", "HEAD", cwd=checkout, env=env, check=False).stdout.strip()
+    index = Path(env.get("GIT_INDEX_FILE") or git_dir / "index")
+    index = index if index.is_absolute() else checkout / index
+    git_files = [index, git_dir / "HEAD", git_dir / "logs" / "HEAD"]
+    if branch:
+        git_files += [common / branch, common / "logs" / branch]
+    with interrupt.deferred():
+        snap = FileSnapshot(git_files + [checkout / p for p in changed.split("\0") if p])
+        try:
+            # stat info first (the read-only `status` above does not write it): read-tree refuses stale entries
+            gitutil.git("update-index", "-q", "--refresh", cwd=checkout, env=env, check=False)
+            gitutil.git("read-tree", "-m", "-u", orig, new, cwd=checkout, env=env)
+            interrupt.step()
+            gitutil.git("update-ref", "-m", msg, "HEAD", new, orig, cwd=checkout, env=env)
+            interrupt.step()
+            interrupt.check()  # a signal during the commit step: roll it back
+            interrupt.commit_point()
+        except BaseException:
+            snap.restore()
+            raise
 
 
 def _hints(version: str, vfile: Path, base: str, forced: bool, three_way: bool, ps, patches_dir: Path) -> str:
@@ -301,6 +330,7 @@ def _cmd_apply(args) -> int:
 
 def register(subparsers) -> None:
     p = add_subcommand(subparsers, "apply", "git am the series for a PyTorch checkout's version onto it", __doc__, _cmd_apply)
+    p.set_defaults(atomic=True)  # tools.interrupt: SIGINT/SIGTERM leave the checkout as it was
     p.add_argument("checkout", help="top directory of a PyTorch git checkout (or of a pristine base clone)")
     p.add_argument("--patches", metavar="DIR", help="directory holding v<base>/series (default: this repo's patches/)")
     p.add_argument("--base", metavar="X.Y.Z", help="use this base's series whatever the checkout's version says")

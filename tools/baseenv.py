@@ -11,7 +11,9 @@ command (``.venv`` for the primary base, ``.venv-<base>`` for the others). For e
    wheel is not downloaded twice. A site-wide pip constraint that excludes the pinned torch (e.g. ``torch<=2.14.1``
    in pip's ``global.constraint``) is overridden for that one pip run, and a line says which cap, in which file
    (``tools.pipcap``): the venv exists to hold exactly that release;
-3. with ``--install``, ``<venv>/bin/python -m tools install --replace`` (the patch set, a no-op when installed).
+3. ``<site-packages>/inductor_patchset_repo.pth`` names this repo's root (``link_repo``), so that the venv's
+   ``python -m tools`` works from any directory, not only from the repo root;
+4. with ``--install``, ``<venv>/bin/python -m tools install --replace`` (the patch set, a no-op when installed).
 
 A base that cannot be made (no network, no such release, pip refused) does not stop the others: its error is
 printed when it happens and again at the end, and the exit status is 2. Stdout has one line per base,
@@ -153,6 +155,7 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
         stamp.write_text(digest + "\n")
     else:
         progress(f"v{base}: {venv} has torch {have} and the requirements it was made from")
+    link_repo(venv, sources.root)
     if install_patchset:
         r = subprocess.run([str(py), "-m", "tools", "install", "--replace"], cwd=sources.root,
                            stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
@@ -160,6 +163,22 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
         if r.returncode:
             raise PatchsetError(venv, f"`tools install --replace` failed: {_last_error(r.stderr)}")
     return venv
+
+
+REPO_PTH = "inductor_patchset_repo.pth"
+
+
+def link_repo(venv: Path, root: Path) -> Path | None:
+    """Put ``root`` on the venv's ``sys.path`` (a ``.pth`` file in its site-packages): ``python -m tools`` then
+    finds this repo's ``tools`` package from any directory. Returns the .pth (None: no site-packages yet)."""
+    sites = sorted(venv.glob("lib/python*/site-packages"))
+    if not sites:
+        return None
+    pth = sites[0] / REPO_PTH
+    text = f"{root.resolve()}\n"
+    if not pth.is_file() or pth.read_text() != text:
+        pth.write_text(text)
+    return pth
 
 
 def _cmd_venv(args) -> int:

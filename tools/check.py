@@ -25,6 +25,7 @@ from tools.baseenv import requirements_file, torch_pin
 from tools import gitutil
 from tools.common import Patchset, PatchsetError, add_subcommand, progress
 from tools.generate import add_base_arg, build_series_commits, hook_failure, read_dir
+from tools.hookimports import dangling_imports
 from tools.patchfile import (AFFECTS_RE, CATEGORIES, DATE_RE, SUBJECT_PREFIX, TRAILERS, UPSTREAM_STATUS_FORMS,
                              UPSTREAM_STATUS_RE, ZERO_FROM_LINE, parse_header)
 from tools.seriesfile import series_entries
@@ -183,6 +184,13 @@ def check_hooks(base: str, ps: Patchset, sources: Sources, base_tree: Path, work
     return probs
 
 
+def check_hook_imports(base: str, ps: Patchset, sources: Sources, base_tree: Path) -> list[Problem]:
+    """(4b) every torch module a hook of the base imports exists there: upstream, or shipped by its series
+    (``tools.hookimports``)."""
+    hooks = {p.name: h for p in ps.series(base) if (h := sources.hook_diff(p, base, ps)) is not None}
+    return [Problem(str(sources.rel(h)), why) for h, why in dangling_imports(base, ps, hooks, base_tree)]
+
+
 def _tree_with(repo: Path, hook: Path) -> str | None:
     env = gitutil.isolated_env()
     gitutil.git("read-tree", "HEAD", cwd=repo, env=env)
@@ -319,7 +327,7 @@ def _check_tree(base: str, ps: Patchset, sources: Sources, pdir: Path, tree: Pat
             progress(f"check v{base}: [3/4] git am on the pristine tree, and each patch alone")
             found += check_apply(base, pdir, tree, Path(tmp))
         progress(f"check v{base}: [4/4] each hook alone on the pristine tree, then regenerate and compare")
-        bad_hooks = check_hooks(base, ps, sources, tree, Path(tmp))
+        bad_hooks = check_hooks(base, ps, sources, tree, Path(tmp)) + check_hook_imports(base, ps, sources, tree)
         if bad_hooks:
             return found + bad_hooks  # regenerating would only fail on the same hooks
         gen_dir = Path(tmp) / "gen"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
+from tools import interrupt
 from tools.common import PatchsetError
 
 # each registers its subcommand(s), in this order
@@ -29,7 +31,9 @@ The inductor patch set's one CLI: make and check the patch series (bases, genera
 PyTorch checkout (apply), onto this environment's torch (install, uninstall, status) or into a torch wheel
 (wheel), export upstream PRs (export-pr) and run the feature demos (demo).
 `python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2.
-`python -m tools` works in the repo root; from anywhere else: `python /path/to/repo/tools <subcommand>`."""
+`python -m tools` works in the repo root, and from any directory with the python of a venv that
+`bash scripts/dev.sh setup` (`python -m tools venv`) made (.venv/bin/python -m tools ...); with another python,
+from anywhere else: `python /path/to/repo/tools <subcommand>`."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -41,10 +45,25 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except PatchsetError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def main(argv: list[str] | None = None, prog: str | None = None, exiting: bool = False) -> int:
+    """Run one subcommand. SIGINT/SIGTERM end it with one line and exit status 128 + the signal's number, no
+    traceback: for a command that sets ``atomic`` (``apply``, ``install``, ``uninstall``, ``wheel``) that line is
+    ``interrupted; nothing changed``, and ``tools.interrupt`` makes it true."""
+    atomic = started = False
+    with interrupt.guard(exiting):
+        try:
+            args = build_parser(prog).parse_args(argv)
+            atomic = bool(getattr(args, "atomic", False))
+            started = True
+            if not atomic:
+                interrupt.loosen()
+            return int(args.func(args) or 0)
+        except PatchsetError as e:
+            interrupt.commit_point()
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:  # interrupt.Interrupted, or a KeyboardInterrupt raised by other code
+            interrupt.commit_point()
+            # before the subcommand started nothing can have changed either
+            print(interrupt.MESSAGE if atomic or not started else "interrupted", file=sys.stderr)
+            return 128 + getattr(e, "signum", signal.SIGINT)

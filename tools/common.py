@@ -59,6 +59,25 @@ class UpstreamMeta:
     paths: tuple[tuple[str, str], ...] = ()  # tree path -> its path in ``repo`` (another repo than pytorch)
     modules: tuple[tuple[str, str], ...] = ()  # dotted module name -> its name there
     test_changes: tuple[TestChange, ...] = ()
+    title: str = ""  # the PR's title where it is not the patch's subject (another repository's conventions)
+    header: str = ""  # prepended to every file of a PR to another repository (its license header)
+    first_pr: FirstPR | None = None  # a smaller PR that this one depends on (``[patch.upstream.first-pr]``)
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstPR:
+    """``[patch.upstream.first-pr]``: a patch proposed as two PRs. The first is ``diff`` (a diff against the files
+    of ``package`` at ``version``, as installed; upstream lines only as context, new files whole), with its own
+    title, summary, test plan and measured text; the patch's own PR depends on it (``tools.export_pr_split``)."""
+
+    name: str
+    title: str
+    summary: str
+    test_plan: tuple[str, ...]
+    diff: str  # path in this repo
+    package: str  # the distribution whose installed files ``diff`` changes, e.g. "torchao"
+    version: str  # the version of it that ``diff`` is made against
+    measured: str
 
 
 SUMMARY_MAX_WORDS = 300
@@ -130,7 +149,8 @@ def _files(entries: list, field: str, where: str) -> tuple[tuple[str, ...], tupl
 def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
     if d is None:
         return None
-    known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change"}
+    known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change", "header",
+             "first-pr", "title"}
     if unknown := sorted(set(d) - known):
         raise PatchsetError(where, f"[patch.upstream] has unknown keys {unknown} (known: {sorted(known)})")
     try:
@@ -147,7 +167,22 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
         paths=tuple(d.get("paths", {}).items()),
         modules=tuple(d.get("modules", {}).items()),
         test_changes=changes,
+        title=d.get("title", ""),
+        header=d.get("header", ""),
+        first_pr=_first_pr(d.get("first-pr"), where),
     )
+
+
+def _first_pr(d: dict | None, where: str) -> FirstPR | None:
+    if d is None:
+        return None
+    fields = {"name", "title", "summary", "test-plan", "diff", "package", "version", "measured"}
+    if missing := sorted(fields - set(d)):
+        raise PatchsetError(where, f"[patch.upstream.first-pr] lacks {', '.join(missing)}")
+    if unknown := sorted(set(d) - fields):
+        raise PatchsetError(where, f"[patch.upstream.first-pr] has unknown keys {unknown}")
+    return FirstPR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["diff"], d["package"],
+                   d["version"], d["measured"].strip())
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

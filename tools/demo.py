@@ -87,11 +87,16 @@ def run_demos(strict: bool = False, timeout: int = 900, only: list[str] | None =
     bad = verify_manifest(st, m, allow_stock=False)
     if bad:
         raise PatchsetError(site / bad[0], "installed patch set has drifted; see `python -m tools status`")
+    scripts = demo_scripts(metadata, examples)
+    if only:
+        scripts = [(n, s) for n, s in scripts if any(o in n for o in only)]
+        if not scripts:
+            names = ", ".join(n.removeprefix("(example) ") for n, _ in demo_scripts(metadata, examples))
+            raise PatchsetError(f"demo {' '.join(only)}", f"no demo's name contains {' or '.join(map(repr, only))}; "
+                                f"the demos: {names}")
     print(f"{m['patchset']['name']} {m['patchset']['version']} on torch {m['torch_version']} ({sys.executable})")
     results = []
-    for name, script in demo_scripts(metadata, examples):
-        if only and not any(o in name for o in only):
-            continue
+    for name, script in scripts:
         print(f"\n{'=' * 100}\n== {name}: {script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script}"
               f"\n{'=' * 100}", flush=True)
         if not script.is_file():

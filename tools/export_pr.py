@@ -3,22 +3,26 @@
 For each upstreamable patch of the base's series (default: the newest base, the closest to upstream ``main``), from the
 committed ``patches/v<base>/<name>.patch`` (the file ``check`` verified) and its ``[patch.upstream]`` table:
 
-    <out>/repo/               a standalone git clone of the pristine base; branch ``<name>`` holds the patch
-                              alone on top of the base, as one commit (subject, summary, test plan), by --author
-    <out>/<name>/<name>.patch the same commit as a ``git format-patch`` file
+    <out>/<name>/<name>.patch the PR as one commit in a ``git format-patch`` file (subject, summary, test plan;
+                              by --author), upstream test hunks included: ``git am --keep`` it onto a PyTorch checkout
     <out>/<name>/PR.md        title, summary, the upstream test expectations it changes, test plan, headline table
+    <out>/repo/               a standalone git clone of the pristine base; branch ``<name>`` holds that commit alone
+                              on top of the base, for each patch whose commit the base can hold (below)
     <out>/<name>/files/       for a patch whose ``repo`` is not pytorch/pytorch (no branch): its files at their
                               paths in that repository, module names and relative imports rewritten
 
-Upstream test changes travel with the PR: ``hooks/<name>/upstream-tests.diff`` holds the patch's hunks to
-upstream test files (upstream lines only as context). ``--upstream-checkout DIR`` (a PyTorch source checkout)
-takes those test files from DIR, so the branch's parent is the base plus DIR's versions of them, and adds the
-hunks to the commit. Without a checkout, PR.md names each changed test, its assertion and the reason, and
-export says which hunks it could not include.
+Upstream test changes always travel with the PR: ``hooks/<name>/upstream-tests.diff`` holds the patch's hunks to
+upstream test files (upstream lines only as context), made once from upstream's files, and each
+``[[patch.upstream.test-change]]`` needs its hunk there. The pristine base has no ``test/`` files (a wheel ships
+none), so the hunks are written into ``<name>.patch`` next to the commit's own diff and ``git am`` applies them to
+upstream's files. A branch needs those files: ``--upstream-checkout DIR`` (a PyTorch source checkout) takes them
+from DIR, so the branches' parent is the base plus DIR's versions of them and each branch holds its hunks; without
+it, a patch that changes upstream tests gets no branch (export says so), only its ``.patch``.
 
 Nothing is written when a PR would not be pasteable as is: a path that exists only in this repo, a torch
-release older than the base, or fork-internal wording in PR.md, the commit message or an added line of code
-is an error naming the file and line (``tools.prmd``).
+release older than the base, or fork-internal wording in PR.md, the commit message, a line the PR adds (its
+upstream test hunks included) or a file exported to another repository is an error naming the file and line
+(``tools.prmd``).
 
 ``<out>`` defaults to ``build/export-pr/v<base>/`` and is replaced as a whole on the next export (only if an
 earlier export made it). The author defaults to this checkout's ``git config user.name``/``user.email``.
@@ -26,15 +30,17 @@ earlier export made it). The author defaults to this checkout's ``git config use
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from pathlib import Path
 
 from tools import bases as bases_mod
-from tools import fsutil, gitutil
+from tools import export_pr_split, fsutil, gitutil
 from tools.common import PYTORCH_REPO, PatchMeta, PatchsetError, add_subcommand, progress, version_key
 from tools.patchfile import parse_patch, patch_date
-from tools.prmd import (ForkPaths, TestChangeState, added_lines, export_message, has_table, named_section, numbered,
-                        older_releases_re, pasteability_findings, pr_markdown)
+from tools.prmd import (ForkPaths, added_lines, export_message, has_table, named_section, numbered, older_releases_re,
+                        pasteability_findings, pr_markdown)
 from tools.sources import (UPSTREAM_TESTS, Sources, add_repo_root_arg, require_fresh_series, select_bases,
                            sources_from_args)
 
@@ -120,22 +126,32 @@ def rewrite_for_repo(text: str, src_path: str, modules: tuple[tuple[str, str], .
     return text
 
 
-def _change_states(sources: Sources, p: PatchMeta, checkout: Path | None) -> list[TestChangeState]:
+def _require_test_hunks(sources: Sources, p: PatchMeta) -> list[str]:
+    """The upstream test files the patch's PR changes; every ``[[patch.upstream.test-change]]`` must have its hunk
+    stored, since a PR without it fails upstream's CI."""
     up = p.upstream
     assert up is not None
-    stored = set(upstream_test_files(sources, p))
-    out = []
+    diff = upstream_tests_diff(sources, p)
+    files = upstream_test_files(sources, p)
+    if files and up.repo != PYTORCH_REPO:
+        raise PatchsetError(diff, f"changes tests of {PYTORCH_REPO}, and the PR of {p.name} is for {up.repo}")
     for c in up.test_changes:
-        if c.file not in stored:
-            why = f"no hunk stored for {c.file}"
-        elif up.repo != PYTORCH_REPO:
-            why = f"it is a test of pytorch/pytorch, and this PR is for {up.repo}"
-        elif checkout is None:
-            why = "made without a PyTorch checkout"
-        else:
-            why = ""
-        out.append(TestChangeState(c.file, c.test, c.assertion, c.reason, not why, why))
-    return out
+        if c.file not in files:
+            raise PatchsetError(f"[[patch.upstream.test-change]] of {p.name} ({c.file}, {c.test})",
+                                f"no hunk for {c.file} in {diff}: make it from upstream's file (edit the test in a "
+                                f"PyTorch checkout, `git diff > {diff}`)")
+    return files
+
+
+def _with_test_hunks(patch: bytes, diff: Path) -> bytes:
+    """A ``git format-patch`` file (no signature: ``FORMAT_PATCH_FLAGS``) with the file sections of ``diff`` added
+    after the commit's own, so that ``git am`` applies them in the same commit."""
+    if not patch.endswith(b"\n"):
+        raise PatchsetError(diff, "the commit's git format-patch output does not end with a newline")
+    hunks = diff.read_bytes()
+    if not hunks.startswith(b"diff --git "):
+        raise PatchsetError(diff, "does not start with a `diff --git` line (make it with `git diff` in a PyTorch checkout)")
+    return patch + hunks.rstrip(b"\n") + b"\n"
 
 
 def export_prs(
@@ -163,11 +179,13 @@ def export_prs(
         require_fresh_series(pdir, base, sources.patchset_toml)
     readme = sources.root / "benchmarks" / "README.md"
     headlines = {}
+    test_hunks = {}
     for p in selected:
         if not (pdir / f"{p.name}.patch").is_file():
             raise PatchsetError(pdir / f"{p.name}.patch", f"missing; run `python -m tools generate --base {base}` first")
         _require_upstream(p, sources.patchset_toml)
         assert p.upstream is not None
+        test_hunks[p.name] = _require_test_hunks(sources, p)
         headlines[p.name] = named_section(readme, p.upstream.headline)
         if headlines[p.name] is None:
             raise PatchsetError(readme, f"no heading {p.upstream.headline!r} ([patch.upstream] headline of {p.name})")
@@ -190,29 +208,27 @@ def export_prs(
         pristine = gitutil.rev_parse(repo, env=env)
         ienv = gitutil.isolated_env(extra={"GIT_INDEX_FILE": str(tmp / "pr.index")})
         parent = pristine
-        test_files = sorted({f for p in selected if p.upstream and p.upstream.repo == PYTORCH_REPO
-                             for f in upstream_test_files(sources, p)})
+        test_files = sorted({f for files in test_hunks.values() for f in files})
         if upstream_checkout is not None and test_files:
             parent = _context_commit(repo, pristine, upstream_checkout.resolve(), test_files, env, ienv)
         for i, p in enumerate(selected, 1):
             up = p.upstream
             assert up is not None
+            p = dataclasses.replace(p, subject=up.title or p.subject)  # the PR's title and commit subject
             patch_file = (pdir / f"{p.name}.patch").resolve()
             gitutil.git("read-tree", parent, cwd=repo, env=ienv)
             r = gitutil.git("apply", "--cached", patch_file, cwd=repo, env=ienv, check=False)
             if not r.ok:
                 raise PatchsetError(patch_file, f"does not apply alone on pristine torch {base}: {gitutil.apply_failure_text(r.output)}")
-            changes = _change_states(sources, p, upstream_checkout)
-            for f, why in dict.fromkeys((c.file, c.why_not) for c in changes if not c.included):
-                tests = "; ".join(c.test for c in changes if c.file == f)
-                progress(f"export-pr: {p.name}: could not include the change to {f} ({tests}): {why}")
             d = tmp / p.name
             d.mkdir()
             message = export_message(p)
             files: list[tuple[str, str]] = []
             if up.repo == PYTORCH_REPO:
-                if any(c.included for c in changes):
-                    diff = upstream_tests_diff(sources, p).resolve()
+                diff = upstream_tests_diff(sources, p).resolve()
+                # the hunks go into the commit where upstream's test files are at hand, else next to it in the .patch
+                in_commit = bool(test_hunks[p.name]) and upstream_checkout is not None
+                if in_commit:
                     r = gitutil.git("apply", "--cached", diff, cwd=repo, env=ienv, check=False)
                     if not r.ok:
                         raise PatchsetError(diff, f"does not apply to the test files of {upstream_checkout}: "
@@ -220,17 +236,32 @@ def export_prs(
                 t = gitutil.git("write-tree", cwd=repo, env=ienv).stdout.strip()
                 penv = gitutil.isolated_env(date=patch_date(p), author=author)
                 commit = gitutil.git("commit-tree", t, "-p", parent, "-F", "-", cwd=repo, env=penv, input=message).stdout.strip()
-                gitutil.git("update-ref", f"refs/heads/{p.name}", commit, cwd=repo, env=env)
-                (d / f"{p.name}.patch").write_bytes(gitutil.format_patch(repo, commit))
-                added = added_lines(gitutil.git("diff", "--no-renames", parent, commit, cwd=repo, env=env).stdout)
-                what = f"branch {p.name} ({commit[:12]})"
+                patch_bytes = gitutil.format_patch(repo, commit)
+                if test_hunks[p.name] and not in_commit:
+                    patch_bytes = _with_test_hunks(patch_bytes, diff)
+                    what = (f"{p.name}/{p.name}.patch, no branch for {p.name} (its upstream test hunks need upstream's "
+                            "test files: --upstream-checkout)")
+                else:
+                    gitutil.git("update-ref", f"refs/heads/{p.name}", commit, cwd=repo, env=env)
+                    what = f"{p.name}/{p.name}.patch, branch {p.name} ({commit[:12]})"
+                (d / f"{p.name}.patch").write_bytes(patch_bytes)
+                added = added_lines(patch_bytes.decode())
             else:
-                added = _export_files(repo, ienv, parent, p, d, files)
-                _tidy_imports(d / "files", p)
+                _export_files(repo, ienv, parent, p, d, files)
+                export_pr_split.finish_files(d / "files", p)
+                _tidy_imports(d / "files", p, sources.root)
+                stray = sorted({f.relative_to(d / "files").as_posix() for f in (d / "files").rglob("*")
+                                if not f.is_dir()} - {t for t, _ in files})
+                if stray:
+                    raise PatchsetError(d / "files", f"holds files that are not the PR's: {', '.join(stray)}")
                 added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
             deps = [by_name[n] for n in up.depends_on if n in by_name]
-            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")], changes, deps, files)
+            first = export_pr_split.first_pr_meta(p)  # [patch.upstream.first-pr]: this PR depends on that one
+            if first is not None:
+                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older)[1]
+            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")],
+                               [first, *deps] if first else deps, files)
             (d / "PR.md").write_text(text)
             findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
             findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)
@@ -248,14 +279,13 @@ def export_prs(
     return out
 
 
-def _export_files(repo: Path, ienv: dict, parent: str, p: PatchMeta, d: Path, files: list[tuple[str, str]]) -> dict[str, list[tuple[int, str]]]:
+def _export_files(repo: Path, ienv: dict, parent: str, p: PatchMeta, d: Path, files: list[tuple[str, str]]) -> None:
     """A patch for another repository: its files at their paths there (``[patch.upstream] paths``), rewritten
     (``rewrite_for_repo``). Only patches that add files can go elsewhere: a hook belongs to PyTorch."""
     up = p.upstream
     assert up is not None
     changed = gitutil.git("diff", "--cached", "--name-status", "--no-renames", parent, cwd=repo, env=ienv).stdout.split("\n")
     mapping = dict(up.paths)
-    added: dict[str, list[tuple[int, str]]] = {}
     for line in filter(None, changed):
         status, path = line.split("\t", 1)
         if status != "A":
@@ -267,24 +297,38 @@ def _export_files(repo: Path, ienv: dict, parent: str, p: PatchMeta, d: Path, fi
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
         files.append((target, "test" if path.startswith("test/") else "module"))
-        added[target] = numbered(text)
-    return added
 
 
-def _tidy_imports(root: Path, p: PatchMeta) -> None:
-    """Files moved to another repository have new absolute imports: sort them and format the files (ruff's
-    isort rules and formatter, defaults, run in the files' root so that their package is first-party), when
-    ruff is installed (requirements-dev.txt pins it); otherwise say that it is left to do."""
+def find_ruff(root: Path) -> list[str] | None:
+    """How to run ruff: the running interpreter's (``-m ruff``), else the project's environment's
+    (``<root>/.venv/bin/ruff``, requirements-dev.txt pins it), else ruff on PATH; None when there is none."""
     import importlib.util
-    import subprocess
+    import shutil
     import sys
 
-    if importlib.util.find_spec("ruff") is None:
-        progress(f"warning: {p.name}: ruff is not installed: sort the imports of {root} (ruff check --select I --fix; "
-                 "ruff format) before proposing it")
+    if importlib.util.find_spec("ruff") is not None:
+        return [sys.executable, "-m", "ruff"]
+    venv = root / ".venv" / "bin" / "ruff"
+    if venv.is_file() and os.access(venv, os.X_OK):
+        return [str(venv)]
+    on_path = shutil.which("ruff")
+    return [on_path] if on_path else None
+
+
+def _tidy_imports(root: Path, p: PatchMeta, repo_root: Path) -> None:
+    """Files moved to another repository have new absolute imports: sort them and format the files (ruff's
+    isort rules and formatter, defaults, run in the files' root so that their package is first-party; no cache,
+    so nothing but the files is left there). Without ruff, a warning says that it is left to do."""
+    import subprocess
+
+    ruff = find_ruff(repo_root)
+    if ruff is None:
+        progress(f"warning: {p.name}: ruff is not installed here, in {repo_root / '.venv'} or on PATH: sort the "
+                 f"imports of {root} (ruff check --select I --fix; ruff format) before proposing it")
         return
-    for cmd in (["check", "--isolated", "--select", "I", "--fix", "--quiet", "."], ["format", "--isolated", "--quiet", "."]):
-        r = subprocess.run([sys.executable, "-m", "ruff", *cmd], cwd=root, capture_output=True, text=True)
+    for cmd in (["check", "--isolated", "--no-cache", "--select", "I", "--fix", "--quiet", "."],
+                ["format", "--isolated", "--no-cache", "--quiet", "."]):
+        r = subprocess.run([*ruff, *cmd], cwd=root, capture_output=True, text=True, check=False)
         if r.returncode:
             raise PatchsetError(root, f"ruff {cmd[0]} failed: {(r.stdout + r.stderr).strip()}")
 
@@ -296,7 +340,8 @@ def _cmd_export_pr(args) -> int:
     out = export_prs(sources, args.base, Path(args.out) if args.out else None, args.patch, author=author,
                      upstream_checkout=checkout)
     print(out)
-    print(f"branches are in {out / 'repo'}: git -C {out / 'repo'} push <your-fork> <patch-name>")
+    print(f"each PR: git am --keep {out}/<patch-name>/<patch-name>.patch onto a PyTorch checkout; "
+          f"branches are in {out / 'repo'}: git -C {out / 'repo'} push <your-fork> <patch-name>")
     return 0
 
 
@@ -307,6 +352,6 @@ def register(subparsers) -> None:
     p.add_argument("--patch", action="append", metavar="NAME", help="only this patch (repeatable)")
     p.add_argument("--author", metavar="'NAME <EMAIL>'", help="author and committer of the PR commits (default: git config user.name/user.email)")
     p.add_argument("--upstream-checkout", metavar="DIR",
-                   help="a PyTorch source checkout: the upstream test files the patches change are taken from it and "
-                        "their hunks (hooks/<patch>/upstream-tests.diff) added to the PRs")
+                   help="a PyTorch source checkout: the upstream test files the patches change are taken from it, so "
+                        "that a patch with upstream test hunks gets a branch too (its .patch carries them either way)")
     add_repo_root_arg(p)

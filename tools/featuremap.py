@@ -43,7 +43,10 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
         lines.append(f"- results: `benchmarks/README.md`, {' and '.join(heads)}")
     if p.docs:
         lines.append(f"- docs: {_paths(p.docs)}")
-    if p.upstream:
+    if p.upstream and (fp := p.upstream.first_pr):
+        lines.append(f"- upstream PRs: {p.upstream.repo}, two, `python -m tools export-pr --patch {p.name}`: first "
+                     f"`{fp.diff}` (against {fp.package} {fp.version}), then this patch, which depends on it")
+    elif p.upstream:
         lines.append(f"- upstream PR: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`")
     return lines
 

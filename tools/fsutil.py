@@ -85,3 +85,47 @@ def replacing_dir(dest: Path):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+class FileSnapshot:
+    """The bytes, mode and mtime (or absence) of some files, to put back exactly; and the directories that did not
+    exist, to remove again."""
+
+    def __init__(self, files: list[Path]):
+        self.files: dict[Path, tuple[bytes, int, int, int] | str | None] = {}
+        self.missing_dirs: list[Path] = []
+        for f in files:
+            try:
+                st = os.lstat(f)
+            except FileNotFoundError:
+                self.files[f] = None
+                d = f.parent
+                while not d.exists() and d not in self.missing_dirs:
+                    self.missing_dirs.append(d)
+                    d = d.parent
+                continue
+            self.files[f] = os.readlink(f) if os.path.islink(f) else (f.read_bytes(), st.st_mode & 0o7777,
+                                                                      st.st_atime_ns, st.st_mtime_ns)
+
+    def restore(self) -> None:
+        for f, was in self.files.items():
+            if was is None or isinstance(was, str) or os.path.islink(f) or os.path.isdir(f):
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    os.unlink(f)
+                if os.path.isdir(f):
+                    shutil.rmtree(f)
+            if was is None:
+                continue
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(was, str):
+                os.symlink(was, f)
+                continue
+            data, mode, atime, mtime = was
+            tmp = f.with_name(f".{f.name}.patchset-restore")
+            tmp.write_bytes(data)
+            os.chmod(tmp, mode)
+            os.utime(tmp, ns=(atime, mtime))
+            os.replace(tmp, f)
+        for d in sorted(self.missing_dirs, key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()

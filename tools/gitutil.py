@@ -10,12 +10,14 @@ Two environments:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import subprocess
 from pathlib import Path
 
+from tools import interrupt
 from tools.common import PatchsetError
 
 # A fixed identity for commits that are ours (pristine bases, generated patches, PR branches).
@@ -98,12 +100,26 @@ def git(
     argv = ["git", *map(str, args)]
     if isinstance(input, str):
         input = input.encode()
-    try:
-        proc = subprocess.run(argv, cwd=cwd, env=env if env is not None else isolated_env(), input=input, capture_output=True)
-    except FileNotFoundError as e:
-        raise PatchsetError("git", "git is not installed or not on PATH") from e
-    out = proc.stdout if binary else proc.stdout.decode("utf-8", "replace")
-    res = GitResult(argv, proc.returncode, out, proc.stderr.decode("utf-8", "replace"))
+    # git never sees SIGINT/SIGTERM (blocked when it starts, inherited across exec): a Ctrl-C cannot stop it half-way
+    # through writing a file or the index. In a guarded command (tools.interrupt) the signal takes effect once git
+    # is done; elsewhere it interrupts the wait and git is killed (as subprocess.run does on KeyboardInterrupt).
+    with interrupt.deferred() if interrupt.active() else contextlib.nullcontext():
+        try:
+            with interrupt.blocked_for_child():
+                proc = subprocess.Popen(argv, cwd=cwd, env=env if env is not None else isolated_env(),
+                                        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError as e:
+            raise PatchsetError("git", "git is not installed or not on PATH") from e
+        with proc:
+            interrupt.step()
+            try:
+                stdout, stderr = proc.communicate(input)
+            except BaseException:
+                proc.kill()
+                raise
+    out = stdout if binary else stdout.decode("utf-8", "replace")
+    res = GitResult(argv, proc.returncode, out, stderr.decode("utf-8", "replace"))
     if check and not res.ok:
         raise PatchsetError(what or cwd, f"`{' '.join(argv[:4])}{' ...' if len(argv) > 4 else ''}` failed: {res.output}")
     return res
@@ -125,6 +141,7 @@ def status_porcelain(repo: Path, env: dict[str, str] | None = None, untracked: b
     """Dirty entries as ``'XY path'`` lines (tracked changes, and untracked files unless ``untracked=False``).
     Submodules are ignored: no patch of ours touches one, and a built checkout has dirty submodules."""
     r = git(
+        "--no-optional-locks",  # a read: never rewrite the user's index (git status refreshes it otherwise)
         "status",
         "--porcelain=v1",
         "--ignore-submodules=all",

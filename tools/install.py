@@ -17,8 +17,9 @@ from pathlib import Path
 from tools.common import PATCHES_DIR, PATCHSET_TOML, PatchsetError, base_of_version, load_patchset, progress
 from tools.distinfo import INFO_MODULE, TorchDist, info_module_source, stock_pip_hint
 from tools.fsutil import sha256_bytes, sha256_file
+from tools import interrupt
 from tools.journal import (MANIFEST_FORMAT, State, clear_state, commit_install, commit_uninstall, lock, pycs_of,
-                           recover, verify_manifest)
+                           recover, snapshot_installed, verify_manifest)
 from tools.patchapply import apply_series
 from tools.seriesfile import load_series, series_digest, series_state
 from tools.sources import fresh_series_dir
@@ -152,26 +153,51 @@ def install(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHS
             if dry_run:
                 print(f"would uninstall {what} first")
                 return 0
+            if bad := verify_manifest(st, cur, allow_stock=True):
+                raise PatchsetError(st.site / bad[0], f"changed since install (neither patched nor stock): "
+                                    f"{', '.join(bad)}; `python -m tools uninstall --force` first, then `install`")
+            _check_writable(site, cur)
             progress(f"--replace: uninstalling {what} first")
-            _uninstall_locked(st, force=False)
-            dist = TorchDist(site)
+            # one transaction: the old one out, the new one in; on any failure or a signal, the old one back
+            with interrupt.deferred():
+                old = snapshot_installed(st, cur)
+                try:
+                    commit_uninstall(st, cur, final=False)
+                    plan = plan_install(TorchDist(site), patches_dir, metadata)
+                    _check_writable(site, plan["manifest"])
+                    commit_install(st, plan)
+                except BaseException:
+                    recover(st, quiet=True)  # stock (the new one out, or the old one's uninstall completed)
+                    if st.manifest() is None:
+                        old.restore()
+                    raise
+            _installed(plan["manifest"], site)
+            return 0
         plan = plan_install(dist, patches_dir, metadata, dry_run)
         m = plan["manifest"]
-        for d in {(site / e["path"]).parent for e in m["files"]} | {site / "torch/_inductor"}:
-            while not d.exists():
-                d = d.parent
-            if not os.access(d, os.W_OK):
-                raise PatchsetError(d, f"not writable by this user; run install as the owner of {site}")
+        _check_writable(site, m)
         if dry_run:
             for e in m["files"]:
                 print(f"would {'add' if e['action'] == 'added' else 'modify'} {e['path']}")
             print(f"dry run: nothing was installed into {site}")
             return 0
         commit_install(st, plan)
-        mod = " from a MODIFIED series (see `status`)" if m["series_state"]["state"] == "modified" else ""
-        print(f"installed {m['patchset']['name']} {m['patchset']['version']} (base {m['base']}, "
-              f"{len(m['series'])} patches, {len(m['files'])} files){mod} into {site}")
+        _installed(m, site)
         return 0
+
+
+def _check_writable(site: Path, m: dict) -> None:
+    for d in {(site / e["path"]).parent for e in m["files"]} | {site / "torch/_inductor"}:
+        while not d.exists():
+            d = d.parent
+        if not os.access(d, os.W_OK):
+            raise PatchsetError(d, f"not writable by this user; run install as the owner of {site}")
+
+
+def _installed(m: dict, site: Path) -> None:
+    mod = " from a MODIFIED series (see `status`)" if m["series_state"]["state"] == "modified" else ""
+    print(f"installed {m['patchset']['name']} {m['patchset']['version']} (base {m['base']}, "
+          f"{len(m['series'])} patches, {len(m['files'])} files){mod} into {site}")
 
 
 def _uninstall_locked(st: State, force: bool) -> int:
@@ -193,7 +219,14 @@ def _uninstall_locked(st: State, force: bool) -> int:
         raise PatchsetError(st.site / bad[0], f"changed since install (neither patched nor stock); refusing to "
                             f"overwrite {len(bad)} file(s): {', '.join(bad)}. `uninstall --force` restores them anyway")
     progress(f"uninstalling {m['patchset']['name']} {m['patchset']['version']} ({len(m['files'])} files)")
-    commit_uninstall(st, m)
+    with interrupt.deferred():
+        old = snapshot_installed(st, m)
+        try:
+            commit_uninstall(st, m)
+        except interrupt.Interrupted:  # undo: the uninstall completed, then the patch set back as it was
+            recover(st, quiet=True)
+            old.restore()
+            raise
     print(f"uninstalled {m['patchset']['name']} {m['patchset']['version']}; torch in {st.site} is stock")
     return 0
 

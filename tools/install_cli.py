@@ -69,7 +69,8 @@ def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSE
         if m is None:
             w = dist.wheel_patchset()
             if w is None:
-                changed, unlisted = not_stock(dist, _series_paths(dist, patches_dir, metadata))
+                touched = _series_paths(dist, patches_dir, metadata)
+                changed, unlisted = not_stock(dist, touched)
                 if not changed and not unlisted:
                     print("patch set: not installed (stock torch: its torch/_inductor/ files match torch's RECORD)")
                     return 0
@@ -78,7 +79,13 @@ def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSE
                     print(f"  {len(changed)} file(s) differ from torch's RECORD (edited by hand?): {', '.join(changed)}")
                 if unlisted:
                     print(f"  {len(unlisted)} file(s) not in torch's RECORD (left by someone?): {', '.join(unlisted)}")
-                print(f"`install` refuses such files; to get stock torch: {stock_pip_hint(dist.version)}")
+                blocking = [f for f in changed + unlisted if f in touched]
+                if blocking:
+                    print(f"`install` refuses these, which the series patches or adds: {', '.join(blocking)}; to get "
+                          f"stock torch: {stock_pip_hint(dist.version)}")
+                else:
+                    print(f"the series touches none of them, so `install` is not stopped by them; to get stock torch: "
+                          f"{stock_pip_hint(dist.version)}")
                 return 1
             print(f"patch set: {w['name']} {w['version']} on base v{w['base']}, built into a patched wheel "
                   f"(`python -m tools wheel`) that pip installed; `install`/`uninstall` do not manage it")
@@ -108,7 +115,16 @@ def status(site: Path, patches_dir: Path = PATCHES_DIR, metadata: Path = PATCHSE
                   "run `python -m tools uninstall` then `install`")
             rc = 1
         bad = verify_manifest(st, m, allow_stock=False)
-        if bad:
+        before = {e["path"]: e["sha256_before"] for e in m["files"] if e["sha256_before"] is not None}
+        if bad and all(p in before and sha256_file(site / p) == before[p] for p in bad):
+            # every file that differs is exactly torch's own again: torch was reinstalled over the install
+            added = [e["path"] for e in m["files"] if e["sha256_before"] is None and (site / e["path"]).exists()]
+            print(f"STOCK AGAIN: {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} torch's own files again (torch "
+                  f"was reinstalled over the install, e.g. `pip install --force-reinstall torch`); left of the "
+                  f"install: {len(added)} added file(s) and its state in {st.dir}. `python -m tools uninstall` "
+                  "removes them (then `install` patches torch again)")
+            rc = 1
+        elif bad:
             print("DRIFT: these files no longer match the manifest: " + ", ".join(bad))
             rc = 1
         else:
@@ -156,6 +172,7 @@ def register(subparsers) -> None:
     p = add_subcommand(subparsers, "install", "apply the series' torch/ parts to this environment's torch", INSTALL_DESCRIPTION,
                        lambda a: install(site_of(a), a.patches, a.metadata, a.replace, a.dry_run))
     common(p)
+    p.set_defaults(atomic=True)  # tools.interrupt: SIGINT/SIGTERM leave torch as it was
     p.add_argument("--replace", action="store_true", help="uninstall a different installed patch set first")
     p.add_argument("--dry-run", action="store_true", help="verify and list the changes; write nothing")
 
@@ -163,6 +180,7 @@ def register(subparsers) -> None:
     p = add_subcommand(subparsers, "uninstall", "restore this environment's torch byte for byte", UNINSTALL_DESCRIPTION,
                        lambda a: uninstall(site_of(a), a.force))
     site_arg(p)
+    p.set_defaults(atomic=True)
     p.add_argument("--force", action="store_true", help="restore files even if they changed since install")
 
     p = add_subcommand(subparsers, "status", "show what is installed in this environment's torch (or stock)", STATUS_DESCRIPTION,

@@ -10,7 +10,11 @@ A journal is fsynced before any torch file is touched; backups are written, then
 atomically; the manifest is written last and the journal removed. If anything fails, or the process is
 killed, the journal tells the next ``install``/``uninstall``/``status`` (``recover``) to put every journaled
 file back to its pristine bytes. An interrupted ``uninstall`` is completed the same way (its goal is the
-pristine state too), so after any interruption torch is stock, byte for byte.
+pristine state too), so after a kill torch is stock, byte for byte.
+
+SIGINT and SIGTERM (``tools/interrupt.py``) are handled in the process itself: each transaction runs with them
+deferred and checks for one at its commit point; one that came is rolled back at once, to the state before the
+command (for ``uninstall`` and ``install --replace``: the installed patch set, exactly, from a ``FileSnapshot``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from tools import interrupt
 from tools.common import PatchsetError, progress
-from tools.fsutil import fsync_dir, sha256_file, write_atomic, write_json
+from tools.fsutil import FileSnapshot, fsync_dir, sha256_file, write_atomic, write_json
 
 STATE_DIR = "torch/_inductor/.patchset"
 MANIFEST_FORMAT = 1
@@ -153,19 +158,23 @@ def clear_state(st: State) -> None:
         st.dir.rmdir()
 
 
-def recover(st: State) -> bool:
+def recover(st: State, quiet: bool = False) -> bool:
     """Finish or roll back an interrupted transaction. Returns True if one was found."""
-    j = st.journal()
-    if j is None:
-        if st.dir.exists() and st.manifest() is None:
-            # died before its journal was durable: no target was touched yet, only our own dir holds leftovers
-            shutil.rmtree(st.dir, ignore_errors=True)
-        return False
-    progress(f"found an interrupted {j['op']} ({st.journal_path}); restoring {len(j['files'])} file(s) to stock torch")
-    restore_to_pristine(st, j["files"], j.get("created_dirs", []))
-    clear_state(st)
-    progress("recovered: torch is stock again")
-    return True
+    with interrupt.deferred():
+        j = st.journal()
+        if j is None:
+            if st.dir.exists() and st.manifest() is None:
+                # died before its journal was durable: no target was touched yet, only our own dir holds leftovers
+                shutil.rmtree(st.dir, ignore_errors=True)
+            return False
+        if not quiet:
+            progress(f"found an interrupted {j['op']} ({st.journal_path}); restoring {len(j['files'])} file(s) to "
+                     "stock torch")
+        restore_to_pristine(st, j["files"], j.get("created_dirs", []))
+        clear_state(st)
+        if not quiet:
+            progress("recovered: torch is stock again")
+        return True
 
 
 def maybe_crash(done: int) -> None:
@@ -177,11 +186,20 @@ def maybe_crash(done: int) -> None:
 
 
 def commit_install(st: State, plan: dict) -> None:
+    """Write ``plan`` (``tools.install.plan_install``) into torch. Runs with SIGINT/SIGTERM deferred; one that came
+    meanwhile is acted on just before the manifest is written: everything is rolled back and ``Interrupted``
+    raised."""
+    with interrupt.deferred():
+        _commit_install(st, plan)
+
+
+def _commit_install(st: State, plan: dict) -> None:
     m = plan["manifest"]
     files = m["files"]
     st.dir.mkdir(parents=True, exist_ok=True)
     journal = {"op": "install", "files": files, "created_dirs": m["created_dirs"]}
     write_json(st.journal_path, journal)  # from here on, any interruption is rolled back
+    interrupt.step()
     try:
         progress(f"backing up and staging {len(files)} file(s) in {st.dir}")
         for e in files:
@@ -208,31 +226,59 @@ def commit_install(st: State, plan: dict) -> None:
                 with contextlib.suppress(FileNotFoundError):
                     pyc.unlink()
             progress(f"  [{i}/{len(files)}] {e['action']:8} {rel}")
+            interrupt.step()
             maybe_crash(i)
+        interrupt.check()  # the commit point: a signal that came while writing rolls it all back
+        interrupt.commit_point()
         write_json(st.manifest_path, m)
         st.journal_path.unlink()
         fsync_dir(st.dir)
     except BaseException as exc:
-        progress(f"install failed ({exc!r}); rolling back")
-        recover(st)
+        if not isinstance(exc, interrupt.Interrupted):
+            progress(f"install failed ({exc!r}); rolling back")
+        recover(st, quiet=isinstance(exc, interrupt.Interrupted))
         if isinstance(exc, OSError):
             raise PatchsetError(exc.filename or st.dir, f"install failed and was rolled back: {exc.strerror or exc}") from exc
         raise
 
 
-def commit_uninstall(st: State, m: dict) -> None:
+def snapshot_installed(st: State, m: dict) -> FileSnapshot:
+    """The installed patch set ``m`` as it is now: its files, their bytecode (and the stock bytecode that an
+    uninstall would bring back, absent now) and our state dir, to put back exactly (bytes, modes, mtimes) when an
+    uninstall (or the uninstall half of ``install --replace``) must be undone after ``recover``."""
+    paths = [p for p in sorted(st.dir.rglob("*")) if not p.is_dir()] if st.dir.is_dir() else []
+    for e in m["files"]:
+        paths.append(st.site / e["path"])
+        paths += pycs_of(st.site, e["path"])
+        paths += [st.site / p["path"] for p in e.get("pyc_before", [])]
+    return FileSnapshot(list(dict.fromkeys(paths)))
+
+
+def commit_uninstall(st: State, m: dict, final: bool = True) -> None:
+    """Restore stock torch. Runs with SIGINT/SIGTERM deferred; with ``final``, a signal that came meanwhile is
+    raised (``Interrupted``) before the state is cleared, with the journal in place (the caller undoes the
+    uninstall: ``recover``, then ``commit_install(reinstall_plan(...))``). Not ``final``: the first step of
+    ``install --replace``, whose own commit point comes later."""
     files = m["files"]
-    write_json(st.journal_path, {"op": "uninstall", "files": files, "created_dirs": m.get("created_dirs", [])})
-    try:
-        for i, e in enumerate(files, 1):
-            restore_to_pristine(st, [e], [])
-            progress(f"  [{i}/{len(files)}] {'removed' if e['sha256_before'] is None else 'restored':8} {e['path']}")
-            maybe_crash(i)
-        restore_to_pristine(st, [], m.get("created_dirs", []))
-        clear_state(st)
-    except BaseException:
-        progress("uninstall interrupted; the journal stays so the next command completes it")
-        raise
+    with interrupt.deferred():
+        write_json(st.journal_path, {"op": "uninstall", "files": files, "created_dirs": m.get("created_dirs", [])})
+        interrupt.step()
+        try:
+            for i, e in enumerate(files, 1):
+                restore_to_pristine(st, [e], [])
+                progress(f"  [{i}/{len(files)}] {'removed' if e['sha256_before'] is None else 'restored':8} {e['path']}")
+                interrupt.step()
+                maybe_crash(i)
+            restore_to_pristine(st, [], m.get("created_dirs", []))
+            if final:
+                interrupt.check()
+                interrupt.commit_point()
+            clear_state(st)
+        except interrupt.Interrupted:
+            raise
+        except BaseException:
+            progress("uninstall interrupted; the journal stays so the next command completes it")
+            raise
 
 
 def verify_manifest(st: State, m: dict, allow_stock: bool) -> list[str]:

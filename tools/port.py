@@ -20,8 +20,9 @@ from tools import bases as bases_mod
 from tools import gitutil
 from tools.baseenv import requirements_file, requirements_template
 from tools.common import Patchset, PatchMeta, PatchsetError, progress, version_key
+from tools.hookimports import dangling_imports
 from tools.port_merge import Carry, HunkIssue, applies, carry_hook, diff_against
-from tools.sources import SHARED_HOOK, Sources, select_bases
+from tools.sources import SHARED_HOOK, Sources, hook_base, select_bases
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -38,7 +39,9 @@ def source_candidates(new: str, have: list[str]) -> list[str]:
 @dataclasses.dataclass
 class PatchPort:
     patch: str
-    status: str  # "inherited" | "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
+    # "inherited" | "wrote" | "unchanged" | "kept" | "conflict" | "no-hook" | "no-source" | "empty" | "collides"
+    # | "imports" (its hook imports a module the new base would not have: tools.hookimports)
+    status: str
     carry: Carry | None
     hook_file: Path  # the hook the new base will use: the one it inherits ("inherited") or its override
     notes: list[str]
@@ -57,7 +60,7 @@ class PortResult:
 
     @property
     def needs_hand_work(self) -> list[PatchPort]:
-        return [p for p in self.patches if p.status in ("conflict", "no-source", "collides")]
+        return [p for p in self.patches if p.status in ("conflict", "no-source", "collides", "imports")]
 
     def ported(self) -> list[str]:
         return [p.patch for p in self.patches if p.status in ("inherited", "wrote", "unchanged", "kept", "no-hook")]
@@ -157,6 +160,7 @@ def port(
         for patch in selected:
             result.patches.append(_port_patch(patch, ps, sources, cache_dir, version, new_tree, from_base, force, tmp, repo, workdir))
         _check_series_order(result, ps, sources, version, repo, new_tree)
+        _check_imports(result, ps, version, new_tree)
     if write:
         ported = result.ported()
         text = sources.patchset_toml.read_text()
@@ -204,7 +208,18 @@ def _shared_result(shared: Path, repo: Path, new_tree: Path) -> tuple[str | None
 def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, version, new_tree, from_base, force, tmp, repo, workdir) -> PatchPort:
     hook_file = sources.override_hook(patch, version)
     shared = sources.shared_hook(patch)
+    if version == hook_base(ps, patch) and shared.is_file():
+        hook_file = shared  # the base the shared hook is made against: its hook is hook.diff, never an override
     rel = sources.rel(hook_file)
+    current = sources.hook_diff(patch, version, ps)
+    if version in patch.bases and current is not None and not force and not from_base:
+        as_is, _ = _shared_result(current, repo, new_tree)
+        if as_is is not None:  # already ported: the hook this base uses applies to it as it is
+            what = "its own override" if current == sources.override_hook(patch, version) else \
+                f"the hook torch {version} inherits"
+            return PatchPort(patch.name, "unchanged", None, current, [
+                f"torch {version} is already one of the patch's bases and {sources.rel(current)} ({what}) applies "
+                f"to it as it is: nothing to carry (--force or --from B carries one anyway)"])
     have = [b for b in patch.bases if b != version and sources.hook_diff(patch, b, ps) is not None]
     if from_base:
         cands = [from_base] if from_base in have else []
@@ -286,6 +301,22 @@ def _port_patch(patch: PatchMeta, ps: Patchset, sources: Sources, cache_dir, ver
     hook_file.parent.mkdir(parents=True, exist_ok=True)
     hook_file.write_text(chosen.diff)
     return PatchPort(patch.name, "wrote", chosen, hook_file, notes)
+
+
+def _check_imports(result: PortResult, ps: Patchset, version: str, new_tree: Path) -> None:
+    """A ported hook that imports a torch module the new base would have neither upstream nor in its series'
+    overlay (a backport module shipped for an older base only) needs hand work: extend the overlay entry's bases."""
+    ok = ("inherited", "wrote", "unchanged", "kept")
+    hooks = {p.patch: p.hook_file for p in result.patches if p.status in ok}
+    ported = set(result.ported())
+    ps_new = dataclasses.replace(ps, patches=tuple(
+        dataclasses.replace(p, bases=tuple(dict.fromkeys((*p.bases, version)))) if p.name in ported else p
+        for p in ps.patches))
+    by_hook = {p.hook_file: p for p in result.patches if p.status in ok}
+    for hook, why in dangling_imports(version, ps_new, hooks, new_tree):
+        pp = by_hook[hook]
+        pp.status = "imports"
+        pp.notes.append(f"{hook.name}: {why}")
 
 
 def _check_series_order(result: PortResult, ps: Patchset, sources: Sources, version: str, repo: Path, new_tree: Path) -> None:

@@ -54,13 +54,16 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
             "inherited": f"carried{src}; {rel(p.hook_file)}, the hook torch {res.version} inherits ({kind}), applies as it "
                          "is (offsets only) and gives the same; no override written",
             "wrote": f"carried{src}; wrote {rel(p.hook_file)}",
-            "unchanged": f"carried{src}; {rel(p.hook_file)} already says the same",
+            "unchanged": (f"carried{src}; {rel(p.hook_file)} already says the same" if c else
+                          f"already ported: {rel(p.hook_file)} applies as it is"),
             "kept": f"carried{src}; existing {rel(p.hook_file)} kept",
             "conflict": f"NEEDS HAND WORK{src}: {len(c.issues) if c else 0} hunk(s); nothing written",
             "no-source": "NEEDS HAND WORK: no hook to carry",
             "no-hook": "nothing to carry (no hook diff on any base)",
             "empty": f"carried{src}: nothing left to hook; nothing written",
             "collides": f"carried{src}, but collides with another patch's hunks in series order",
+            "imports": f"NEEDS HAND WORK: carried{src} to {rel(p.hook_file)}, but the hook imports a module torch "
+                       f"{res.version} would not have (see the note)",
         }[p.status]
         print(f"\n{p.patch}: {verdict}", file=out)
         if c:
@@ -81,7 +84,13 @@ def report(res: PortResult, sources: Sources, out=sys.stdout) -> None:
     print("next steps:", file=out)
     step = 1
     if hand:
-        print(f"  {step}. finish by hand: make the override hooks/<patch>/v{res.version}.diff in a clone of {res.tree} (CONTRIBUTING.md), using the conflict text above", file=out)
+        for p in hand:
+            if p.status == "imports":
+                print(f"  {step}. {p.patch}: extend patchset.toml as the note says (or drop the import from "
+                      f"{rel(p.hook_file)}), then run port again", file=out)
+            else:
+                print(f"  {step}. {p.patch}: finish {rel(p.hook_file)} by hand in a clone of {res.tree} (CONTRIBUTING.md), "
+                      "using the conflict text above", file=out)
         step += 1
     if res.toml_written:
         print(f"  {step}. patchset.toml: {res.version} added to [patchset] bases and to {', '.join(ported) or 'no patch'}" + ("; add it to the patches finished by hand" if hand else ""), file=out)

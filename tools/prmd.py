@@ -2,13 +2,14 @@
 
 ``PR.md`` is built from the patch's ``[patch.upstream]`` table in ``patchset.toml``, never cut from other text:
 the title (the patch's subject), ``summary`` (at most 300 words, written for a reviewer), the upstream test
-expectations the patch changes (``[[patch.upstream.test-change]]``: test, assertion, reason, and whether the
-hunk is in the PR), ``test-plan`` (the exact commands) and the headline table: the section of
+expectations the patch changes, in a section of their own (``[[patch.upstream.test-change]]``: test, assertion,
+reason; each one's hunk is in the PR), ``test-plan`` (the exact commands) and the headline table: the section of
 ``benchmarks/README.md`` whose heading is ``headline``, chosen by name.
 
 ``pasteability_findings`` is what ``export-pr`` refuses to write: a path that exists only in this repo (its
 benchmarks, examples, hooks, tools, docs ...), a torch release older than the one the PR is made against, or
-fork-internal words, in the PR text, the commit message or an added line of the code.
+fork-internal words (``FORK_WORDS_RE``), in the PR text, the commit message, every line the PR adds (code, tests,
+upstream test hunks) and every file exported to another repository.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ from tools.common import PYTORCH_REPO, PatchMeta, version_key
 _GENERIC_NAMES = {"README.md", "__init__.py", "conftest.py", "CMakeLists.txt", "setup.py", "run", "series", ".gitignore"}
 # Directories that are never part of the patch set's sources.
 _SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
-# Words that only make sense inside this repo.
-FORK_WORDS_RE = re.compile(r"\b(?:fork|forks|patch ?set|backport(?:ed|s)?|our series|dev machine)\b", re.I)
+# Words that only make sense inside this repo: its own vocabulary, the PR it started from (a fork's PR, "the seed
+# PR"), and text that speaks of the patches from outside PyTorch ("next to these patches", "a plain PyTorch
+# checkout").
+FORK_WORDS_RE = re.compile(
+    r"\b(?:fork|forks|patch ?set|backport(?:ed|s)?|our series|dev machine|seed PR|these patches"
+    r"|plain pytorch|plain torch (?:checkout|install|build|tree|wheel))\b"
+    r"|(?<![\w/.-])(?!pytorch/)[\w.-]+/pytorch#\d+", re.IGNORECASE)
 _PATH_TOKEN_RE = re.compile(r"(?<![\w./-])(?:\./)?([\w.-]+(?:/[\w.-]+)+/?)")
 
 
@@ -83,8 +89,7 @@ def pasteability_findings(where: str, lines: list[tuple[int, str]], fork: ForkPa
         whys = fork.findings(line)
         if old is not None and (m := old.search(line)):
             whys.append(f"names torch {m.group(0)}, older than the release the PR is made against")
-        if m := FORK_WORDS_RE.search(line):
-            whys.append(f"fork-internal wording {m.group(0)!r}")
+        whys += [f"fork-internal wording {m.group(0)!r}" for m in FORK_WORDS_RE.finditer(line)]
         out += [f"{where}:{n}: {why}: {line.strip()[:100]}" for why in whys]
     return out
 
@@ -144,18 +149,6 @@ def has_table(lines: list[str]) -> bool:
     return any(line.startswith("|") for line in lines)
 
 
-@dataclasses.dataclass(frozen=True)
-class TestChangeState:
-    """One ``[[patch.upstream.test-change]]`` and whether its hunk is in the exported PR."""
-
-    file: str
-    test: str
-    assertion: str
-    reason: str
-    included: bool
-    why_not: str = ""
-
-
 def unwrap(text: str) -> str:
     """Paragraphs and list items on one line each (GitHub shows every newline of a PR description as a break);
     table rows and code blocks stay as they are."""
@@ -183,7 +176,7 @@ def export_message(patch: PatchMeta) -> str:
     return f"{patch.subject}\n\n{up.summary}\n\nTest Plan:\n{plan}\n"
 
 
-def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeState],
+def pr_markdown(patch: PatchMeta, headline: list[str],
                 depends_on: list[PatchMeta], files: list[tuple[str, str]]) -> str:
     """``files``: (path in the target repo, what it is), listed for a PR to another repository than PyTorch."""
     up = patch.upstream
@@ -194,12 +187,9 @@ def pr_markdown(patch: PatchMeta, headline: list[str], changes: list[TestChangeS
         out += [f"Depends on the {repo} PR \"{dep.subject}\".", ""]
     if up.repo != PYTORCH_REPO:
         out += [f"For {up.repo}:", ""] + [f"- `{path}`: {what}" for path, what in files] + [""]
-    if changes:
-        out += ["This PR changes upstream test expectations on purpose:", ""]
-        for c in changes:
-            state = "changed in this PR" if c.included else f"**not in this PR yet**: {c.why_not}"
-            out.append(f"- `{c.file}` `{c.test}` ({state}): {c.assertion} {c.reason}")
-        out.append("")
+    if up.test_changes:
+        out += ["## Upstream test changes", "", "This PR changes these upstream test expectations on purpose:", ""]
+        out += [f"- `{c.file}` `{c.test}`: {c.assertion} {c.reason}" for c in up.test_changes] + [""]
     out += ["## Test Plan", "", "```", *up.test_plan, "```", "", "## Measured", ""]
     out += [unwrap("\n".join(headline))] if headline else ["Pending."]
     return "\n".join(out).rstrip("\n") + "\n"

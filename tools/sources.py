@@ -243,6 +243,9 @@ def require_fresh_series(series_dir: Path, base: str, metadata: Path) -> None:
 def fresh_series_dir(patches_dir: Path, base: str, metadata: Path) -> Path:
     """``patches_dir/v<base>``, which must hold a series that is not older than its sources."""
     d = patches_dir / f"v{base}"
+    if not patches_dir.is_dir():
+        raise PatchsetError(patches_dir, "no such directory (--patches names a directory holding v<base>/series)"
+                            if not patches_dir.exists() else "not a directory")
     if not (d / "series").is_file():
         raise PatchsetError(d / "series", f"no generated series for base {base} (run `{FIX_COMMAND}`)")
     require_fresh_series(d, base, metadata)

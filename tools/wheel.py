@@ -26,6 +26,7 @@ from tools.common import (CACHE_DIR, PATCHES_DIR, PATCHSET_TOML, PatchsetError, 
 from tools.distinfo import (INFO_MODULE, info_module_source, metadata_version, parse_record, read_info_module,
                             record_hash)
 from tools.fsutil import sha256_bytes
+from tools import interrupt
 from tools.journal import maybe_crash
 from tools.patchapply import apply_series
 from tools.seriesfile import load_series, series_state
@@ -68,10 +69,17 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
         raise PatchsetError(src, "no such file") from e
     except (OSError, zipfile.BadZipFile) as e:
         parts = src.name.split("-")
-        pin = f"torch=={parts[1].partition('+')[0]}" if src.name.endswith(".whl") and len(parts) >= 5 else "torch==<version>"
+        if not (src.name.startswith("torch-") and src.name.endswith(".whl") and len(parts) in (5, 6)):
+            raise PatchsetError(src, f"not a torch wheel ({e}): --from takes a stock torch wheel, "
+                                "torch-<version>-<python>-<abi>-<platform>.whl") from e
+        # the exact version, local label included (+cpu), from PyTorch's index for that build: a bare torch==X.Y.Z
+        # may fetch another build (CUDA)
+        version = parts[1]
+        label = version.partition("+")[2]
+        index = f" --index-url https://download.pytorch.org/whl/{label}" if label else ""
         raise PatchsetError(src, f"cannot open as a wheel ({e}): a truncated or interrupted download? Download it again: "
-                            f"delete it, then `python -m pip download --no-deps {pin} -d {src.parent}` (or, for a base's "
-                            "cached wheel, `python -m tools bases`)") from e
+                            f"delete it, then `python -m pip download --no-deps torch=={version}{index} -d {src.parent}` "
+                            "(or, for a base's cached wheel, `python -m tools bases`)") from e
     with zin:
         names = {i.filename: i for i in zin.infolist()}
         dis = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")})
@@ -164,6 +172,8 @@ def build_wheel(src: Path, out_dir: Path, patches_dir: Path = PATCHES_DIR, metad
                     rows.append(f"{new_n},{record_hash(h)},{size}")
                     if k % 3000 == 0:
                         progress(f"  copied {k}/{len(infos)} members raw")
+                    if k % 4 == 0:
+                        interrupt.step()
                     maybe_crash(k)
                 for n, data in sorted(changes.items()):  # added files
                     write_member(zout, n, data, None)
@@ -219,4 +229,4 @@ def register(subparsers) -> None:
         print(build_wheel(a.src, a.out, a.patches, a.metadata, verify=a.verify))
         return 0
 
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, atomic=True)  # tools.interrupt: SIGINT/SIGTERM leave --out as it was

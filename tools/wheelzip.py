@@ -17,6 +17,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from tools import interrupt
 from tools.common import PatchsetError, progress
 from tools.distinfo import parse_record
 
@@ -93,61 +94,71 @@ def write_member(zout: zipfile.ZipFile, name: str, data: bytes, like: zipfile.Zi
 
 @contextlib.contextmanager
 def staged_output(out: Path):
-    """A writable file object for ``out`` that appears under that name only through ``publish()``."""
+    """A writable file object for ``out`` that appears under that name only through ``publish()``. Setup, the
+    publish step and the cleanup run with SIGINT/SIGTERM deferred (``tools.interrupt``): an interrupt anywhere
+    leaves ``--out`` as it was."""
     import fcntl
 
     created = []  # the directories of --out this call makes: removed again if no wheel appears there
-    d = out.parent
-    while not d.exists():
-        created.append(d)
-        d = d.parent
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
-    if part.exists():  # left by a killed run (or by the fallback below): remove it unless a build is writing it
-        try:
-            with open(part, "rb") as f:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                part.unlink()
-            progress(f"removed {part}, left by an interrupted run")
-        except BlockingIOError:
-            raise PatchsetError(part, "another `wheel` run is writing this wheel") from None
-    named = None
-    try:  # unnamed until published: a kill -9 leaves nothing behind
-        f = os.fdopen(os.open(out.parent, os.O_TMPFILE | os.O_RDWR, 0o644), "w+b")
-    except (AttributeError, OSError):
-        named = part
-        f = open(part, "w+b")
-        fcntl.flock(f, fcntl.LOCK_EX)
+    f = named = None
 
     def publish():
-        f.flush()
-        os.fsync(f.fileno())
-        if named is not None:
-            os.replace(named, out)
-            return
-        link = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
-        # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N names the unnamed file (os.link uses plain link()
-        # unless a dir fd is given)
-        proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.link(str(f.fileno()), link, src_dir_fd=proc, follow_symlinks=True)
-        finally:
-            os.close(proc)
-        os.replace(link, out)
+        # the commit step: a signal that came before it is acted on before the name appears
+        with interrupt.deferred():
+            f.flush()
+            os.fsync(f.fileno())
+            interrupt.step()
+            interrupt.check()
+            interrupt.commit_point()
+            if named is not None:
+                os.replace(named, out)
+                return
+            link = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N names the unnamed file (os.link uses plain link()
+            # unless a dir fd is given)
+            proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.link(str(f.fileno()), link, src_dir_fd=proc, follow_symlinks=True)
+            finally:
+                os.close(proc)
+            os.replace(link, out)
 
     try:
+        with interrupt.deferred():
+            d = out.parent
+            while not d.exists():
+                created.append(d)
+                d = d.parent
+            out.parent.mkdir(parents=True, exist_ok=True)
+            part = out.with_name(out.name + ".part")
+            if part.exists():  # left by a killed run (or by the fallback below): remove it unless a build is writing it
+                try:
+                    with open(part, "rb") as g:
+                        fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        part.unlink()
+                    progress(f"removed {part}, left by an interrupted run")
+                except BlockingIOError:
+                    raise PatchsetError(part, "another `wheel` run is writing this wheel") from None
+            try:  # unnamed until published: a kill -9 leaves nothing behind
+                f = os.fdopen(os.open(out.parent, os.O_TMPFILE | os.O_RDWR, 0o644), "w+b")
+            except (AttributeError, OSError):
+                named = part
+                f = open(part, "w+b")
+                fcntl.flock(f, fcntl.LOCK_EX)
         yield f, publish
     finally:
-        f.close()
-        if named is not None:
-            with contextlib.suppress(FileNotFoundError):
-                named.unlink()
-        if not out.exists():
-            for d in created:  # deepest first; only while empty
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+        with interrupt.deferred():
+            if f is not None:
+                f.close()
+            if named is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    named.unlink()
+            if not out.exists():
+                for d in created:  # deepest first; only while empty
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
 
 
 def verify_wheel(path: Path, fileobj=None) -> None:

@@ -460,6 +460,54 @@ void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
   }
 }
 
+// Blocking of the AMX path over M and N (benchmarks/README.md, "da8w4 kernel: the cliff at
+// large M x N"), anchored on Inductor's CPU GEMM template (cpp_gemm_template.py, its cache
+// blocking): the A block of an item is kept L2-sized and reused along N, and the threads
+// write the output they first touch in row bands of their own. Two knobs, for benchmarks
+// and tests, read on every call:
+//   DA8W4_AMX_CHUNK_ROWS=0   the previous blocking: every item covers all M rows, items
+//                            ordered by N group (each item re-reads the whole packed A)
+//   DA8W4_AMX_CHUNK_ROWS=R   at most R rows per item (at least one 32-row m tile)
+//   DA8W4_AMX_TOUCH=0        no first touch of the output pages in row bands
+struct AmxKnobs {
+  int64_t chunk_rows = -1;  // -1: by the L2 rule below
+  bool touch = true;
+};
+
+AmxKnobs amx_knobs() {
+  AmxKnobs k;
+  const char* rows = std::getenv("DA8W4_AMX_CHUNK_ROWS");
+  if (rows && rows[0]) {
+    k.chunk_rows = std::max<int64_t>(0, std::atoll(rows));
+  }
+  const char* touch = std::getenv("DA8W4_AMX_TOUCH");
+  k.touch = !(touch && std::strcmp(touch, "0") == 0);
+  return k;
+}
+
+// Per-core L2 in bytes (sysconf; 2 MiB, the AMX host's, where the system does not say).
+int64_t l2_bytes() {
+  static const int64_t v = [] {
+    const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return s > 0 ? static_cast<int64_t>(s) : int64_t{2} << 20;
+  }();
+  return v;
+}
+
+// Writes one byte into every page that starts inside [begin, end): the page faults of a
+// freshly mapped output are taken here, by the thread that owns these rows, instead of by
+// every thread at once in the GEMM (see run_amx).
+void touch_pages(char* begin, char* end) {
+  static const int64_t page = [] {
+    const long s = sysconf(_SC_PAGESIZE);
+    return s > 0 ? static_cast<int64_t>(s) : int64_t{4096};
+  }();
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  for (uintptr_t p = first; p < reinterpret_cast<uintptr_t>(end); p += page) {
+    *reinterpret_cast<volatile char*>(p) = 0;
+  }
+}
+
 // Work items of the AMX path: groups of `nblk` consecutive N blocks times chunks of m
 // tiles. Each item unpacks its weight panel once and reuses it for all of its rows.
 void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const float* sa,
@@ -471,10 +519,11 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const int64_t threads = at::get_num_threads();
   const int64_t mtiles = (M + kTileM - 1) / kTileM;
   const int64_t kstep = amx_k_step(BK);
-  // One m tile: one N block per item (most parallelism; nothing to reuse). Several: up
+  const AmxKnobs knobs = amx_knobs();
+  // N: one m tile: one N block per item (most parallelism; nothing to reuse). Several: up
   // to 4 N blocks per item, as many as keep the unpacked panel (nblk * K * 32 bytes)
   // within 1 MiB of L2 and leave >= `per_thread` items per thread (enough for the
-  // shared counter to even out threads of unequal speed); each item reads all rows once.
+  // shared counter to even out threads of unequal speed).
   const int64_t per_thread = schedule().amx_items_per_thread;
   int64_t nblk = 1;
   if (mtiles > 1) {
@@ -484,22 +533,47 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
     }
   }
   const int64_t ngroups = (Nc + nblk - 1) / nblk;
-  // Too few N groups for the threads: split the rows too (each chunk unpacks its panel).
-  int64_t mchunks = 1;
-  if (mtiles > 1 && ngroups < per_thread * threads) {
+  // M: chunks of at most `chunk_rows` rows per item. As in Inductor's cache blocking
+  // (A block in half of L2, reused along N), an item's packed A (rows x K bytes) is kept
+  // within L2 / 2, but at least 256 rows, so that the panel is unpacked once per 8 m tiles
+  // or more (its cost per block grows as the chunk shrinks). Without the cap every item
+  // streamed all M x K bytes of A (at M=8192, 32-112 MiB per item, from L3 or DRAM).
+  const int64_t chunk_rows = knobs.chunk_rows >= 0
+      ? knobs.chunk_rows
+      : std::max<int64_t>(256, l2_bytes() / 2 / K / kTileM * kTileM);
+  int64_t mchunks = chunk_rows > 0 ? (mtiles * kTileM + chunk_rows - 1) / chunk_rows : 1;
+  // Too few items for the threads: split the rows further (each chunk unpacks its panel).
+  if (mtiles > 1 && ngroups * mchunks < per_thread * threads) {
     mchunks = std::min(mtiles, (per_thread * threads + ngroups - 1) / ngroups);
   }
   const int64_t tiles_per_chunk = (mtiles + mchunks - 1) / mchunks;
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
+  // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
+  // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
+  // next item mostly reuses the chunk it has in L2. (DA8W4_AMX_CHUNK_ROWS=0: N group by N
+  // group, the previous order.)
+  const bool chunk_major = knobs.chunk_rows != 0;
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
-  // row load then reads 1 KiB in a row instead of 16 lines a row of K apart).
+  // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
+  // pass touches the output rows of each m tile (touch_pages): an output of 32 MiB or more
+  // is a fresh mmap on every call (glibc's largest mmap threshold), and in the GEMM the
+  // threads write neighbouring column strips of the same rows, so that without this all of
+  // them fault on the same page at once, page after page (the cliff).
   at::Tensor a_packed;
+  const int64_t esize = y.element_size();
+  char* out = static_cast<char*>(y.data_ptr());
   if (mtiles > 1) {
     a_packed = at::empty({mtiles * kTileM * K}, y.options().dtype(at::kByte));
     uint8_t* ap = a_packed.data_ptr<uint8_t>();
+    const bool touch = knobs.touch;
     at::parallel_for(0, mtiles, 1, [&](int64_t begin, int64_t end) {
       for (int64_t mt = begin; mt < end; ++mt) {
-        pack_a_amx(a + mt * kTileM * K, K, std::min(kTileM, M - mt * kTileM), K, kstep, ap + mt * kTileM * K);
+        const int64_t rows = std::min(kTileM, M - mt * kTileM);
+        pack_a_amx(a + mt * kTileM * K, K, rows, K, kstep, ap + mt * kTileM * K);
+        if (touch) {
+          char* row0 = out + mt * kTileM * N * esize;
+          touch_pages(row0, row0 + rows * N * esize);
+        }
       }
     });
   }
@@ -507,12 +581,10 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const OutKind kind = output_dtype == at::kFloat ? OutKind::kFloat
       : output_dtype == at::kBFloat16             ? OutKind::kBFloat16
                                                   : OutKind::kHalf;
-  const int64_t esize = y.element_size();
-  char* out = static_cast<char*>(y.data_ptr());
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     for (int64_t t = next(); t >= 0; t = next()) {
-      const int64_t ng = t / mchunks;
-      const int64_t mc = t % mchunks;
+      const int64_t ng = chunk_major ? t % ngroups : t / mchunks;
+      const int64_t mc = chunk_major ? t / ngroups : t % mchunks;
       const int64_t nb0 = ng * nblk;
       const int64_t m0 = mc * tiles_per_chunk * kTileM;
       AmxParams p;

@@ -288,6 +288,29 @@ class TestDa8w4Linear(TestCase):
                     self.assertEqual(loader.last_isa(), "amx")
                 self.assertEqual(got, want, atol=0, rtol=0, msg=f"m={m} n={n} gs={group_size} {out_dtype}")
 
+    @parametrize("symmetric", (False, True))
+    def test_amx_row_chunks(self, symmetric):
+        # Items of at most DA8W4_AMX_CHUNK_ROWS rows (rounded to whole 32-row m tiles),
+        # taken chunk by chunk, with and without the first touch of the output pages;
+        # 0 is the previous blocking (every item all rows, N group by N group). m = 231:
+        # 8 m tiles, the last one partial; n = 2080: 65 N blocks, an odd last group.
+        # Every blocking must give the reference's bits.
+        if not _isa_available("amx"):
+            self.skipTest("amx not available on this CPU/build")
+        gen = torch.Generator().manual_seed(23)
+        m, k, n, group_size = 231, 256, 2080, 128
+        w, sw, zw = make_weight(n, k, group_size, gen)
+        packed = prepack(w, sw, zw)
+        bias = torch.randn(n, generator=gen)
+        x, sa, za = make_activation((m,), k, symmetric, gen)
+        want = reference_linear(x, sa, za, w, sw, zw, bias, torch.bfloat16, symmetric)
+        for rows, touch in (("32", "1"), ("64", "0"), ("100", "1"), ("0", "1"), ("0", "0"), ("", "1")):
+            env = {"DA8W4_ISA": "amx", "DA8W4_AMX_CHUNK_ROWS": rows, "DA8W4_AMX_TOUCH": touch}
+            with mock.patch.dict(os.environ, env):
+                got = da8w4(x, sa, za, packed, bias, torch.bfloat16)
+                self.assertEqual(loader.last_isa(), "amx")
+            self.assertEqual(got, want, atol=0, rtol=0, msg=f"chunk rows {rows!r}, touch {touch}")
+
     def test_amx_activation_zero_point_routes(self):
         # The AMX epilogue takes float(C - za * comp) as one FMA on float(C), float(za)
         # and float(comp) while |za| < 2^24, and in int32 beyond. At the largest |C|

@@ -35,8 +35,7 @@ from torch.testing._internal.inductor_utils import HAS_CPU
 
 
 try:
-    from hypothesis import event, given, HealthCheck, settings
-    from hypothesis import strategies as st
+    from hypothesis import event, given, HealthCheck, settings, strategies as st
 
     HAS_HYPOTHESIS = True
 except ImportError:  # pragma: no cover
@@ -50,17 +49,17 @@ SCALE = 10 if LONG else 1
 # main test file's (one copy, one registration when both files run together).
 try:
     from .test_da8w4_concat_linear import (
-        _ensure_ops,
         _as_tuple,
-        _quantize_weight,
+        _ensure_ops,
         _quantize_act,
+        _quantize_weight,
     )
 except ImportError:
     from test_da8w4_concat_linear import (  # type: ignore[no-redef]
-        _ensure_ops,
         _as_tuple,
-        _quantize_weight,
+        _ensure_ops,
         _quantize_act,
+        _quantize_weight,
     )
 
 

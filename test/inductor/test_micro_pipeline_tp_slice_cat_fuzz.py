@@ -33,8 +33,7 @@ from torch.testing._internal.common_utils import (
 
 
 try:
-    from hypothesis import given, HealthCheck, settings
-    from hypothesis import strategies as st
+    from hypothesis import given, HealthCheck, settings, strategies as st
 
     HAS_HYPOTHESIS = True
 except ImportError:  # pragma: no cover

@@ -30,7 +30,8 @@ def test_dev_sh_usage():
 def test_runnable_from_anywhere_by_path(tmp_path):
     """Issue #28 item 14: `python -m tools` needs the repo root as cwd (Python's own "No module named tools" otherwise);
     `python <repo>/tools` works from any directory, with relative paths taken from there."""
-    r = subprocess.run([sys.executable, "-m", "tools", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    # a python without the dev venv's .pth (-S: no site-packages; issue 34 item 16 made the venv's own work anywhere)
+    r = subprocess.run([sys.executable, "-S", "-m", "tools", "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 1 and "No module named tools" in r.stderr  # what the newcomer saw; Python's, not ours
     r = subprocess.run([sys.executable, str(REPO / "tools"), "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

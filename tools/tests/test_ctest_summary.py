@@ -47,3 +47,16 @@ def test_render_groups_by_base_with_totals():
 def test_missing_log_is_reported_not_fatal(tmp_path, capsys):
     assert ctest_summary.main(["ctest_summary.py", str(tmp_path)]) == 0
     assert "no CTest log" in capsys.readouterr().err
+
+
+def test_columns_line_up_whatever_the_suite_names_length():
+    """Issue 34 item 14: a suite name longer than the old fixed width shifted every column after it."""
+    long = "v2.13.0/inductor.test_cat_linear_fused_positional_inplace_between_parts"
+    log = LOG + _block(4, long, "3 passed in 1.00s\n") + _block(5, "patchset_check_with_a_really_long_suite_name", "ok\n")
+    table = ctest_summary.render(ctest_summary.parse(log)).split("\n\n")[0].splitlines()
+    header = table[0]
+    # every row is as long as the header, and each count sits under its heading's right edge
+    assert len({len(line) for line in table}) == 1, table
+    passed_end = header.index("passed") + len("passed")
+    row = next(line for line in table if "positional_inplace" in line)
+    assert row[:passed_end].rstrip().endswith("3") and row[passed_end] == " "

@@ -52,13 +52,14 @@ def _export(fp, **kw):
 
 
 def _with_readme(fp):
-    """benchmarks/README.md with the headline tables, and beta's change to an upstream test."""
+    """benchmarks/README.md with the headline tables, and beta's change to an upstream test with its hunk."""
     anchor = 'Beta makes stage_20 do what its callers expect.\n"""\n'
     assert anchor in fp.toml()
     fp.set_toml(fp.toml().replace(anchor, anchor + TEST_CHANGE))
     (fp.root / "benchmarks").mkdir(exist_ok=True)
     (fp.root / "benchmarks/README.md").write_text(README)
     (fp.root / "benchmarks/alpha_bench.py").write_text("# the alpha harness\n")
+    _upstream_checkout(fp, fp.root.parent / "upstream-for-hunks")
     return fp
 
 
@@ -66,6 +67,7 @@ def _upstream_checkout(fp, tmp_path, text=UPSTREAM_TEST):
     """A 'PyTorch checkout' holding upstream's test file, and beta's hunk to it in hooks/ (made the documented way:
     edit the file in a checkout, ``git diff``)."""
     co = tmp_path / "pytorch"
+    shutil.rmtree(co, ignore_errors=True)
     (co / "test/inductor").mkdir(parents=True)
     (co / "test/inductor/test_upstream_beta.py").write_text(text)
     git(co, "init", "-q")
@@ -78,21 +80,39 @@ def _upstream_checkout(fp, tmp_path, text=UPSTREAM_TEST):
     return co
 
 
+def _am_onto_checkout(fp, co, patch, tmp_path):
+    """``git am`` of an exported .patch onto the base plus the checkout's test files (a PyTorch checkout at the
+    base); the resulting tree's changed files."""
+    work = tmp_path / "am"
+    git(tmp_path, "clone", "-q", str(fp.base_tree("2.13.0")), str(work))
+    shutil.copytree(co / "test", work / "test", dirs_exist_ok=True)
+    git(work, "add", "test")
+    git(work, "commit", "-qm", "upstream tests")
+    git(work, "am", "-q", "--keep", str(patch))
+    return git(work, "diff", "--name-only", "HEAD~1", "HEAD").split(), work
+
+
 def test_export_pr_branches_commit_and_pr_md(fake_generated, tmp_path, capsys):
     fp = _with_readme(fake_generated)
     out = _export(fp, out=tmp_path / "out")
     repo = out / "repo"
     pristine = git(fp.base_tree("2.13.0"), "rev-parse", "HEAD").strip()
     for name in ("inductor-alpha", "inductor-beta"):
-        # one commit, alone on the pristine base
-        assert git(repo, "rev-parse", f"{name}~1").strip() == pristine
         assert (out / name / "PR.md").is_file() and (out / name / f"{name}.patch").is_file()
+    # alpha: one commit, alone on the pristine base
+    assert git(repo, "rev-parse", "inductor-alpha~1").strip() == pristine
+    # beta changes an upstream test, whose file the base lacks: no branch, its .patch carries the hunk
+    assert git(repo, "branch", "--list", "inductor-beta") == ""
+    err = capsys.readouterr().err
+    assert "no branch for inductor-beta (its upstream test hunks need upstream's test files: --upstream-checkout)" in err
+    changed, work = _am_onto_checkout(fp, fp.root.parent / "upstream-for-hunks" / "pytorch", out / "inductor-beta/inductor-beta.patch", tmp_path)
+    assert changed == ["test/inductor/test_beta.py", "test/inductor/test_upstream_beta.py", "torch/_inductor/config.py",
+                       "torch/_inductor/fx_passes/beta.py", "torch/_inductor/fx_passes/post_grad.py"]
+    assert "stages(), 3)" in (work / "test/inductor/test_upstream_beta.py").read_text()
     # gamma is fork-only: not proposed
     assert not (out / "inductor-gamma").exists()
-    changed = git(repo, "diff", "--name-only", pristine, "inductor-beta").split()
-    assert changed == ["test/inductor/test_beta.py", "torch/_inductor/config.py", "torch/_inductor/fx_passes/beta.py", "torch/_inductor/fx_passes/post_grad.py"]
     # the commit message is the PR's: subject, summary, test plan; not the fork's body or trailers
-    msg = git(repo, "log", "-1", "--format=%B", "inductor-beta")
+    msg = git(work, "log", "-1", "--format=%B")
     assert msg.startswith("[inductor] Add the beta pass\n\nBeta makes stage_20 do what its callers expect.\n\nTest Plan:\n"
                           "python test/inductor/test_beta.py\n")
     assert "reasons that are explained here" not in msg and "Upstream-Status" not in msg
@@ -104,24 +124,34 @@ def test_export_pr_branches_commit_and_pr_md(fake_generated, tmp_path, capsys):
     assert "Machine: a test box." in measured and "| x | 10 | 8 |" in measured
     assert "Command:" not in pr and "not this" not in pr
     beta = (out / "inductor-beta" / "PR.md").read_text()
-    # the upstream expectation it changes is named, and that its hunk is missing without a checkout
-    assert "`test/inductor/test_upstream_beta.py` `TestBeta.test_count` (**not in this PR yet**: no hunk stored" in beta
-    assert "Expected 2 stages. Beta adds one." in beta
-    err = capsys.readouterr().err
-    assert "could not include the change to test/inductor/test_upstream_beta.py (TestBeta.test_count)" in err
+    # the upstream expectation it changes has its own section after the summary (not counted in it)
+    summary, rest = beta.split("## Upstream test changes\n", 1)
+    assert "## Summary" in summary and "test_upstream_beta" not in summary
+    assert "- `test/inductor/test_upstream_beta.py` `TestBeta.test_count`: Expected 2 stages. Beta adds one." in rest
+    assert "not in this PR" not in beta
     assert "inductor-beta: the headline section 'beta: fused vs stock' of README.md has no table yet" in err
     assert git(repo, "status", "--porcelain") == ""
     assert not git(repo, "remote").strip()
 
 
-def test_export_pr_without_checkout_names_the_hunk_it_could_not_include(fake_generated, tmp_path, capsys):
+def test_export_pr_refuses_a_test_change_without_its_hunk(fake_generated, tmp_path):
     fp = _with_readme(fake_generated)
-    _upstream_checkout(fp, tmp_path)
-    out = _export(fp, out=tmp_path / "out", names=["inductor-beta"])
-    beta = (out / "inductor-beta" / "PR.md").read_text()
-    assert "(**not in this PR yet**: made without a PyTorch checkout)" in beta
-    assert "made without a PyTorch checkout" in capsys.readouterr().err
-    assert "test_upstream_beta" not in git(out / "repo", "show", "--name-only", "--format=", "inductor-beta")
+    (fp.root / "hooks/inductor-beta/upstream-tests.diff").unlink()
+    with pytest.raises(PatchsetError, match=r"test-change\]\] of inductor-beta \(test/inductor/test_upstream_beta.py, "
+                                            r"TestBeta.test_count\): no hunk for .* make it from upstream's file"):
+        _export(fp, out=tmp_path / "out", names=["inductor-beta"])
+    assert not (tmp_path / "out").exists()
+    # alpha changes no upstream test: it exports
+    _export(fp, out=tmp_path / "out", names=["inductor-alpha"])
+
+
+def test_export_pr_refuses_fork_wording_in_an_upstream_test_hunk(fake_generated, tmp_path):
+    fp = _with_readme(fake_generated)
+    diff = fp.root / "hooks/inductor-beta/upstream-tests.diff"
+    diff.write_text(diff.read_text().replace("+        self.assertEqual(stages(), 3)",
+                                             "+        self.assertEqual(stages(), 3)  # the seed PR's count"))
+    with pytest.raises(PatchsetError, match=r"inductor-beta: test/inductor/test_upstream_beta.py:6: fork-internal wording 'seed PR'"):
+        _export(fp, out=tmp_path / "out", names=["inductor-beta"])
 
 
 def test_export_pr_upstream_checkout_adds_the_test_hunk(fake_generated, tmp_path):
@@ -137,7 +167,7 @@ def test_export_pr_upstream_checkout_adds_the_test_hunk(fake_generated, tmp_path
     diff = git(repo, "diff", parent, "inductor-beta", "--", "test/inductor/test_upstream_beta.py")
     assert "-        self.assertEqual(stages(), 2)\n+        self.assertEqual(stages(), 3)" in diff
     assert "test_upstream_beta.py" in (out / "inductor-beta" / "inductor-beta.patch").read_text()
-    assert "(changed in this PR)" in (out / "inductor-beta" / "PR.md").read_text()
+    assert "## Upstream test changes" in (out / "inductor-beta" / "PR.md").read_text()
     # alpha changes no upstream test: its commit holds its own files only
     assert "test_upstream_beta" not in git(repo, "diff", "--name-only", parent, "inductor-alpha")
 
@@ -252,6 +282,9 @@ Gamma, for torchao.
     assert 'Depends on the pytorch/pytorch PR "[inductor] Add the alpha pass".' in pr
     assert "For pytorch/ao:\n\n- `test/prototype/test_gamma.py`: test\n- `torchao/prototype/gamma.py`: module\n" in pr
     assert git(out / "repo", "branch", "--list", "inductor-gamma") == ""
+    # nothing else in the exported tree (no .ruff_cache of the import sorting)
+    assert sorted(f.relative_to(d / "files").as_posix() for f in (d / "files").rglob("*") if not f.is_dir()) == [
+        "test/prototype/test_gamma.py", "torchao/prototype/gamma.py"]
 
 
 def test_rewrite_for_repo():
@@ -278,13 +311,18 @@ def test_pasteability_findings(tmp_path):
     fork = ForkPaths.of(tmp_path)
     old = older_releases_re(("2.11.0", "2.13.0", "2.15.0"), "2.15.0")
     lines = [(1, "raw data: benchmarks/results/run.json."), (2, "run sweep_gpu.py"), (3, "see mod.py and torch/_inductor/mod.py"),
-             (4, "on 2.13+ and 2.11.0"), (5, "version 2.15 and 12.11.3 and 2.110"), (6, "our fork's patch set")]
+             (4, "on 2.13+ and 2.11.0"), (5, "version 2.15 and 12.11.3 and 2.110"), (6, "our fork's patch set"),
+             (7, "the seed PR's contract (ROCm/pytorch#3233)"), (8, "from a kernel built next to these patches"),
+             (9, "a plain PyTorch checkout"), (10, "see pytorch/pytorch#184911; a plain torch.cat")]
     got = pasteability_findings("x", lines, fork, old)
     assert any(f.startswith("x:1: `benchmarks/results/run.json` exists only") for f in got)
     assert any(f.startswith("x:2: `sweep_gpu.py` is a file of this repo only") for f in got)
     assert not any(f.startswith(("x:3:", "x:5:")) for f in got), got
     assert any(f.startswith("x:4: names torch 2.13") for f in got)
     assert any(f.startswith("x:6: fork-internal wording") for f in got)
+    assert [f.split(": ", 2)[1] for f in got if f.startswith(("x:7:", "x:8:", "x:9:", "x:10:"))] == [
+        "fork-internal wording 'seed PR'", "fork-internal wording 'ROCm/pytorch#3233'",
+        "fork-internal wording 'these patches'", "fork-internal wording 'plain PyTorch'"]
 
 
 def test_unwrap():
@@ -354,3 +392,26 @@ def test_check_holds_the_map_and_the_upstream_tests(fake_generated, tmp_path):
     assert any("no heading 'alpha results' (results of inductor-alpha)" in p for p in got), got
     assert any("changes test/inductor/test_upstream_beta.py but no [[patch.upstream.test-change]]" in p for p in got), got
     assert any("no hunk stored for its change to test/inductor/test_other.py" in w for w in warnings), warnings
+
+
+def test_find_ruff(tmp_path, monkeypatch):
+    """ruff from the running Python, else the project's .venv, else PATH."""
+    import importlib.util
+    import sys
+
+    from tools.export_pr import find_ruff
+
+    assert find_ruff(tmp_path) == [sys.executable, "-m", "ruff"]  # requirements-dev.txt installs it here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert find_ruff(tmp_path) is None
+    on_path = tmp_path / "bin" / "ruff"
+    on_path.parent.mkdir()
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert find_ruff(tmp_path) == [str(on_path)]
+    venv = tmp_path / ".venv" / "bin" / "ruff"
+    venv.parent.mkdir(parents=True)
+    venv.write_text("#!/bin/sh\n")
+    venv.chmod(0o755)
+    assert find_ruff(tmp_path) == [str(venv)]

@@ -25,12 +25,13 @@ here run next to the assigned ones::
 * Run order: the assigned passes (one callable, a list or a tuple), then the
   registered ones in registration order, moved by ``before=``/``after=``
   names (names that are not registered are ignored; cycles and duplicate
-  names raise).  The first compile that sees a field assigned while passes
-  are registered for its stage logs one warning.
+  names raise).  A field assigned while passes are registered for its stage
+  (the way to migrate) is logged at DEBUG.
 * Cache: :func:`custom_pass_cache_details` is what the FX graph (and so the
   AOTAutograd) cache key hashes, each pass's ``(name, uuid())`` in run order;
   :func:`custom_pass_cache_bypass_reason` bypasses the cache for a pass that
   is not a ``CustomPassBase`` or has no ``uuid()``, with one warning per pass.
+  The cache check and the key that follows it call each ``uuid()`` once.
 """
 
 from __future__ import annotations
@@ -129,16 +130,18 @@ class CustomPassHandle:
 _lock = threading.RLock()
 _registry: dict[CustomPassStage, list[_Registration]] = {}
 _seq = itertools.count()
-_warned_composition: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 _warned_missing_uuid: set[tuple[str, str]] = set()
+# What custom_pass_cache_bypass_reason computed, for the
+# custom_pass_cache_details call that follows it on the same thread.
+_checked = threading.local()
 
 
 def _reset_for_tests() -> None:
     """A fresh registry: no registrations, no memory of given warnings."""
     with _lock:
         _registry.clear()
-        _warned_composition.clear()
         _warned_missing_uuid.clear()
+    _checked.infos = None
 
 
 def _as_stage(stage: CustomPassStage | str) -> CustomPassStage:
@@ -168,12 +171,7 @@ def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _assigned(stage: CustomPassStage) -> tuple[Callable[..., Any], ...]:
-    value = getattr(config, stage.value, None)
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return (value,)
+    return custom_graph_pass.get_custom_graph_passes(getattr(config, stage.value, None))
 
 
 def _ordered(entries: Sequence[_Registration]) -> list[_Registration]:
@@ -259,39 +257,19 @@ def _registered(stage: CustomPassStage) -> list[_Registration]:
         return _ordered(_registry.get(stage, ()))
 
 
-def _warn_if_composed(
-    stage: CustomPassStage,
-    assigned: Sequence[Callable[..., Any]],
-    registered: Sequence[_Registration],
-) -> None:
-    if not assigned or not registered:
-        return
-    key = (
-        stage.value,
-        tuple(_default_name(p) for p in assigned),
-        tuple(e.name for e in registered),
-    )
-    with _lock:
-        if key in _warned_composition:
-            return
-        _warned_composition.add(key)
-    log.warning(
-        "config.%s is assigned (%s) while custom passes are registered for the "
-        "same stage (%s); running all of them, assigned passes first. Use "
-        "torch._inductor.custom_pass_registry.register_custom_pass() so passes "
-        "compose by name.",
-        stage.value,
-        ", ".join(key[1]),
-        ", ".join(key[2]),
-    )
-
-
 def get_custom_passes(stage: CustomPassStage | str) -> tuple[Callable[..., Any], ...]:
     """The passes to run at ``stage``, in order: what the hooks iterate."""
     resolved = _as_stage(stage)
     assigned = _assigned(resolved)
     registered = _registered(resolved)
-    _warn_if_composed(resolved, assigned, registered)
+    if assigned and registered:
+        log.debug(
+            "config.%s is assigned (%s) and custom passes are registered for "
+            "the same stage (%s): running all of them, assigned passes first",
+            resolved.value,
+            ", ".join(_default_name(p) for p in assigned),
+            ", ".join(e.name for e in registered),
+        )
     return (*assigned, *(e.custom_pass for e in registered))
 
 
@@ -330,11 +308,37 @@ def _cache_stages(include_pre_grad: bool) -> list[CustomPassStage]:
     ]
 
 
+_CacheInfos = tuple[tuple[CustomPassStage, tuple[CustomPassInfo, ...]], ...]
+
+
+def _cache_infos(include_pre_grad: bool) -> _CacheInfos:
+    return tuple(
+        (stage, tuple(list_custom_passes(stage)[stage.value]))
+        for stage in _cache_stages(include_pre_grad)
+    )
+
+
+def _same_passes(infos: _CacheInfos, include_pre_grad: bool) -> bool:
+    """Whether ``infos`` lists the passes that run now (by identity)."""
+    stages = _cache_stages(include_pre_grad)
+    if [stage for stage, _ in infos] != stages:
+        return False
+    for stage, stage_infos in infos:
+        now = [*_assigned(stage), *(e.custom_pass for e in _registered(stage))]
+        if len(now) != len(stage_infos) or any(
+            p is not i.custom_pass for p, i in zip(now, stage_infos)
+        ):
+            return False
+    return True
+
+
 def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
     """Why the FX graph cache cannot serve this compile, or None.
     ``include_pre_grad``: pre-grad passes run after the cache lookup."""
-    for stage in _cache_stages(include_pre_grad):
-        for info in list_custom_passes(stage)[stage.value]:
+    infos = _cache_infos(include_pre_grad)
+    _checked.infos = (include_pre_grad, infos)
+    for stage, stage_infos in infos:
+        for info in stage_infos:
             if info.uuid is not None:
                 continue
             counters["inductor"]["custom_pass_cache_bypass"] += 1
@@ -358,14 +362,20 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
 def custom_pass_cache_details(
     include_pre_grad: bool,
 ) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
-    """Per stage, each pass's (name, uuid) in run order: the cache key's part."""
+    """Per stage, each pass's (name, uuid) in run order: the cache key's part.
+    The uuids come from the cache check just before on this thread (the cache
+    asks for the key only after that check) when the same passes run."""
+    checked = getattr(_checked, "infos", None)
+    _checked.infos = None
+    if (
+        checked is not None
+        and checked[0] == include_pre_grad
+        and _same_passes(checked[1], include_pre_grad)
+    ):
+        infos = checked[1]
+    else:
+        infos = _cache_infos(include_pre_grad)
     return tuple(
-        (
-            stage.value,
-            tuple(
-                (info.name, info.uuid)
-                for info in list_custom_passes(stage)[stage.value]
-            ),
-        )
-        for stage in _cache_stages(include_pre_grad)
+        (stage.value, tuple((info.name, info.uuid) for info in stage_infos))
+        for stage, stage_infos in infos
     )

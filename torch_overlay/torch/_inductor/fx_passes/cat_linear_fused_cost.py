@@ -140,6 +140,15 @@ def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
         return Decision(
             None, f"no roofline figures for {site.dtype} on this device", "no_figures"
         )
+    if any(site.produced):
+        # stock writes the producer's output straight into the cat; the
+        # template reads it from a buffer of its own, which the roofline sees
+        # as even but which ran slower than stock
+        return Decision(
+            None,
+            "a piece is made by a pointwise op stock fuses into the cat",
+            "produced",
+        )
     bound = site.speedup_bound(ridge)
     if bound < MARGIN:
         return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")

@@ -202,8 +202,11 @@ def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
         _decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
         return None
     if form == "mm" and not cost.has_template(the_site.device, the_site.dtype):
-        _decline("no_template", f"no in-place template for {the_site.dtype} "
-                 f"on {the_site.device.type}", gemm)
+        _decline(
+            "no_template",
+            f"no in-place template for {the_site.dtype} on {the_site.device.type}",
+            gemm,
+        )
         return None
     if form is not None:
         return form

@@ -5,11 +5,13 @@ weight) on CPU.
 With ``Int8DynamicActivationInt4WeightConfig`` a transformer layer quantizes
 its activation once (after freezing's CSE) and then calls
 ``torchao::da8w4_linear_cpu`` several times on it: Q, K and V; gate and up.
-Every call re-reads the quantized activation and synchronizes its threads, so
-one call on weights concatenated along N followed by a split saves that per-call
-cost.  Fused and separate calls read the same packed bytes and do the same work,
-so the gain is large only where a step is short (small M, the weight in cache)
-and about nothing where the weight streams from DRAM.
+Every call re-reads the quantized activation and starts and joins its threads,
+so one call on weights concatenated along N followed by a split saves that
+per-call cost.  Fused and separate calls read the same packed bytes and do the
+same work, so that fixed cost is all it saves: small against a decode step,
+which streams the weights from memory, and less at larger M.  The pass's value
+is that it composes with other passes (one named, removable registration, the
+FX graph cache kept) and emits correct, bit-identical graphs, not speed.
 
 This pass rewrites::
 
@@ -70,15 +72,19 @@ from typing import Any
 import torch
 from torch._dynamo.utils import counters
 from torch._guards import detect_fake_mode
+from torch.fx.operator_schemas import normalize_function
 from torch.utils._ordered_set import OrderedSet
 
 from .. import config
 from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
-from ..custom_pass_registry import (
-    CustomPassHandle,
-    CustomPassStage,
-    register_custom_pass,
-)
+
+
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # the same helper under its earlier name
+    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined,no-redef]
+        size_hint as optimization_hint,
+    )
 
 
 log = logging.getLogger(__name__)
@@ -124,10 +130,6 @@ _LAYOUT_SENSITIVE_OPS = OrderedSet(
 )
 _MAX_VIEW_CHAIN = 8
 
-# For measurements: when True, every split output is cloned to a contiguous
-# tensor (what the assigning pass did).
-_always_clone_outputs = False
-
 
 def _da8w4_linear_op() -> torch._ops.OpOverload | None:
     try:
@@ -137,22 +139,17 @@ def _da8w4_linear_op() -> torch._ops.OpOverload | None:
 
 
 def _normalize_args(node: torch.fx.Node) -> dict[str, Any] | None:
-    """Map the call's positional and keyword arguments to schema names."""
-    schema = node.target._schema  # type: ignore[union-attr]
-    names = [a.name for a in schema.arguments]
-    if tuple(names) != _ARG_NAMES or len(node.args) > len(names):
+    """The call's arguments by schema name (``normalize_function``), or None
+    if they do not bind to the schema this pass knows."""
+    bound = normalize_function(
+        node.target,  # type: ignore[arg-type]
+        node.args,
+        node.kwargs,
+        normalize_to_only_use_kwargs=True,
+    )
+    if bound is None or tuple(bound.kwargs) != _ARG_NAMES:
         return None
-    bound: dict[str, Any] = dict(zip(names, node.args))
-    for name, value in node.kwargs.items():
-        if name not in names or name in bound:
-            return None
-        bound[name] = value
-    for arg in schema.arguments:
-        if arg.name not in bound:
-            if not arg.has_default_value():
-                return None
-            bound[arg.name] = arg.default_value
-    return bound
+    return dict(bound.kwargs)
 
 
 def _get_attr_tensor(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
@@ -339,32 +336,20 @@ def saved_bytes_per_call() -> int:
     return int(SAVED_BYTES_PER_CALL * max(1.0, parallel_num_threads() / 2))
 
 
-def _size_hint(size: Any) -> int | None:
-    if isinstance(size, int):
-        return size
-    if isinstance(size, torch.SymInt):
-        hint = size.node.shape_env.size_hint(size.node.expr, allow_none=True)
-        return int(hint) if hint is not None and hint.is_number else None
-    return None
-
-
-def _rows_hint(linears: list[_Da8w4Linear]) -> int | None:
+def _rows_hint(linears: list[_Da8w4Linear]) -> int:
     """The group's rows (all leading dims of the activation) on their size
-    hints; None if one has none."""
+    hints; a dim without one (unbacked) counts as ``MAX_FUSED_ROWS``, so
+    such a group is declined."""
     rows = 1
     for d in linears[0].args["input"].meta["val"].shape[:-1]:
-        hint = _size_hint(d)
-        if hint is None:
-            return None
-        rows *= hint
+        rows *= optimization_hint(d, fallback=MAX_FUSED_ROWS)
     return rows
 
 
-def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int | None) -> int | None:
+def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int) -> int:
     """Bytes the fused group would copy: split outputs that are strided views
     and have a consumer that cannot read a strided view (graph outputs, say)
-    get one contiguous clone each, of ``rows`` (``_rows_hint``) rows.  None if
-    copies are needed and M has no size hint."""
+    get one contiguous clone each, of ``rows`` (``_rows_hint``) rows."""
     act_val = linears[0].args["input"].meta["val"]
     fake_mode = detect_fake_mode([act_val])
     assert fake_mode is not None
@@ -380,9 +365,7 @@ def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int | None) -> int | No
             _reads_split_in_place(u, lin.node, item, fake_mode) for u in lin.node.users
         )
     )
-    if copied_features == 0:
-        return 0
-    return None if rows is None else rows * copied_features * dtype.itemsize
+    return rows * copied_features * dtype.itemsize
 
 
 def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
@@ -405,7 +388,7 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
         )
         return False
     rows = _rows_hint(linears)
-    if rows is not None and rows >= MAX_FUSED_ROWS:
+    if rows >= MAX_FUSED_ROWS:
         log.debug(
             "skipping da8w4_concat_linear: %s has %d rows, at least the %d from "
             "which the saved calls are noise against the work",
@@ -416,13 +399,6 @@ def should_concat_da8w4_linear(linears: list[_Da8w4Linear]) -> bool:
         return False
     copy_bytes = _split_copy_bytes(linears, rows)
     budget = (len(linears) - 1) * saved_bytes_per_call()
-    if copy_bytes is None:
-        log.debug(
-            "skipping da8w4_concat_linear: split outputs of %s need copies and M "
-            "has no size hint",
-            linears[0].node,
-        )
-        return False
     if copy_bytes > budget:
         log.debug(
             "skipping da8w4_concat_linear: split outputs of %s need %d bytes of "
@@ -583,9 +559,7 @@ class Da8w4ConcatLinearMatch:
                 item.meta["val"] = split_val[i]
                 contiguous: torch.fx.Node | None = None
                 for user in list(lin.node.users):
-                    if not _always_clone_outputs and _reads_split_in_place(
-                        user, lin.node, split_val[i], fake_mode
-                    ):
+                    if _reads_split_in_place(user, lin.node, split_val[i], fake_mode):
                         user.replace_input_with(lin.node, item)
                         continue
                     if contiguous is None:
@@ -667,8 +641,10 @@ def da8w4_concat_linear_pass(gm: torch.fx.GraphModule) -> None:
 
 
 class Da8w4ConcatLinearPass(CustomGraphPass):
-    """The pass for the ``post_grad_custom_post_pass`` stage; ``uuid()`` is
-    this file's hash, so FX graph cache entries stay valid."""
+    """The pass for the ``post_grad_custom_post_pass`` stage.  ``uuid()`` is
+    the hash of this file, so FX graph cache entries made with another
+    version of the pass are not reused; where the file cannot be read it is
+    None, which makes the cache bypass that compile instead of failing it."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         gm = graph.owning_module
@@ -676,19 +652,37 @@ class Da8w4ConcatLinearPass(CustomGraphPass):
         da8w4_concat_linear_pass(gm)
 
     def uuid(self) -> Any:
-        return get_hash_for_files((os.path.abspath(__file__),))
+        try:
+            return get_hash_for_files((os.path.abspath(__file__),))
+        except OSError:
+            return None
 
 
 PASS_NAME = "torchao.da8w4_concat_linear_cpu"
-_handle: CustomPassHandle | None = None
+_handle: Any = None
 
 
-def register_da8w4_concat_linear_cpu_pass() -> CustomPassHandle:
+def register_da8w4_concat_linear_cpu_pass() -> Any:
     """Register the pass for ``post_grad_custom_post_pass`` under
-    ``PASS_NAME``, next to any other registered or assigned pass (once;
-    later calls return the same handle while it is active).  It acts only
-    with freezing and ``config.cpp.enable_concat_linear``."""
+    ``PASS_NAME``, next to any other registered or assigned pass, and return
+    its handle (once; later calls return the same handle while it is
+    active).  It acts only with freezing and ``config.cpp.enable_concat_linear``.
+
+    The registry is ``torch._inductor.custom_pass_registry`` (pytorch/pytorch,
+    "[inductor] Add composable, named and scoped custom pass registration").
+    On a torch without it the pass is assigned to
+    ``config.post_grad_custom_post_pass`` as before, which replaces any pass
+    assigned there, and None is returned.
+    """
     global _handle
+    try:
+        from torch._inductor.custom_pass_registry import (
+            CustomPassStage,
+            register_custom_pass,
+        )
+    except ImportError:
+        config.post_grad_custom_post_pass = Da8w4ConcatLinearPass()
+        return None
     if _handle is None or not _handle.active:
         _handle = register_custom_pass(
             CustomPassStage.POST_GRAD_POST, Da8w4ConcatLinearPass(), name=PASS_NAME

@@ -39,6 +39,8 @@ import torch.fx
 from torch._dynamo.utils import counters
 from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
+from ..pattern_matcher import get_arg_value, Match
+
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,15 +61,24 @@ def _skip(reason: str, *args: object) -> None:
     counters["inductor"][f"{FEATURE}_rejected"] += 1
 
 
-def _arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
+def _get_tensor(node: torch.fx.Node) -> torch.Tensor:
+    # micro_pipeline_tp imports this module, so its helper is imported here
+    # when first called, once both modules exist.
+    from .micro_pipeline_tp import _get_tensor
+
+    return _get_tensor(node)
 
 
-def _val(node: torch.fx.Node) -> torch.Tensor | None:
-    val = node.meta.get("val")
-    return val if isinstance(val, torch.Tensor) else None
+def _slice_args(node: torch.fx.Node) -> tuple[Any, Any, Any, Any]:
+    """``aten.slice.Tensor``'s dim, start, end and step, with its defaults."""
+    dim = get_arg_value(node, 1, "dim")
+    step = get_arg_value(node, 4, "step")
+    return (
+        0 if dim is None else dim,
+        get_arg_value(node, 2, "start"),
+        get_arg_value(node, 3, "end"),
+        1 if step is None else step,
+    )
 
 
 def _int_like(value: Any) -> IntLike | None:
@@ -83,10 +94,6 @@ def _int_like(value: Any) -> IntLike | None:
 
 def _known_eq(a: IntLike, b: IntLike) -> bool:
     return statically_known_true(sym_eq(a, b))
-
-
-def _known(cond: Any) -> bool:
-    return statically_known_true(cond)
 
 
 def _normalize_dim(dim: Any, ndim: int) -> int | None:
@@ -111,14 +118,14 @@ def _normalize_bound(bound: Any, size: IntLike, default: IntLike) -> IntLike | N
     # to stay under; no tensor dim is larger, so it means "to the end".
     if isinstance(value, int) and value >= _INT64_MAX:
         return size
-    if _known(value >= size):
+    if statically_known_true(value >= size):
         return size
-    if _known(value >= 0):
+    if statically_known_true(value >= 0):
         return value
-    if _known(value < 0):
-        if _known(value + size <= 0):
+    if statically_known_true(value < 0):
+        if statically_known_true(value + size <= 0):
             return 0
-        if _known(value + size >= 0):
+        if statically_known_true(value + size >= 0):
             return value + size
     return None
 
@@ -128,6 +135,7 @@ class _Chunk:
     node: torch.fx.Node
     source: torch.fx.Node
     dim: int
+    size: IntLike  # the source's size along dim
     start_arg: Any
     end_arg: Any
     step_arg: Any
@@ -143,19 +151,19 @@ class _Chunk:
         source = node.args[0]
         if not isinstance(source, torch.fx.Node):
             return None
-        source_val = _val(source)
-        if source_val is None:
-            return None
-        dim = _normalize_dim(_arg(node, 1, "dim", 0), source_val.ndim)
+        source_val = _get_tensor(source)
+        dim, start, end, step = _slice_args(node)
+        dim = _normalize_dim(dim, source_val.ndim)
         if dim is None:
             return None
         return cls(
             node=node,
             source=source,
             dim=dim,
-            start_arg=_arg(node, 2, "start"),
-            end_arg=_arg(node, 3, "end"),
-            step_arg=_arg(node, 4, "step", 1),
+            size=source_val.shape[dim],
+            start_arg=start,
+            end_arg=end,
+            step_arg=step,
         )
 
 
@@ -171,7 +179,7 @@ def _chunks_of(
     for inp in inputs:
         chunk = _Chunk.from_node(inp)
         if chunk is None:
-            _skip("%s input %s is not a slice with known shapes", cat_node, inp)
+            _skip("%s input %s is not a slice with a constant dim", cat_node, inp)
             return None
         chunks.append(chunk)
     sources = {chunk.source for chunk in chunks}
@@ -212,10 +220,8 @@ def can_reassemble_canonical_chunks(
             group_size,
         )
         return False
-    source_val = _val(chunks[0].source)
-    assert source_val is not None  # checked by _Chunk.from_node
     dim = chunks[0].dim
-    size = source_val.shape[dim]
+    size = chunks[0].size
     chunk_size = size // group_size
     if not _known_eq(chunk_size * group_size, size):
         _skip(
@@ -274,18 +280,16 @@ def _is_noop_trim(trim: torch.fx.Node, dim: int) -> bool:
     """Whether ``trim`` (a slice of the reassembled cat) keeps all of it."""
     cat_node = trim.args[0]
     assert isinstance(cat_node, torch.fx.Node)
-    cat_val = _val(cat_node)
-    if cat_val is None:
-        _skip("%s: no shape metadata on %s", trim, cat_node)
-        return False
-    trim_dim = _normalize_dim(_arg(trim, 1, "dim", 0), cat_val.ndim)
+    cat_val = _get_tensor(cat_node)
+    trim_dim, start_arg, end_arg, step_arg = _slice_args(trim)
+    trim_dim = _normalize_dim(trim_dim, cat_val.ndim)
     if trim_dim != dim:
         _skip("%s trims dim %s, not the reassembled dim %d", trim, trim_dim, dim)
         return False
     size = cat_val.shape[dim]
-    step = _int_like(_arg(trim, 4, "step", 1))
-    start = _normalize_bound(_arg(trim, 2, "start"), size, 0)
-    end = _normalize_bound(_arg(trim, 3, "end"), size, size)
+    step = _int_like(step_arg)
+    start = _normalize_bound(start_arg, size, 0)
+    end = _normalize_bound(end_arg, size, size)
     if (
         step is None
         or start is None
@@ -297,9 +301,9 @@ def _is_noop_trim(trim: torch.fx.Node, dim: int) -> bool:
         _skip(
             "%s keeps [%s, %s) step %s of dim %d (size %s), not all of it",
             trim,
-            _arg(trim, 2, "start"),
-            _arg(trim, 3, "end"),
-            _arg(trim, 4, "step", 1),
+            start_arg,
+            end_arg,
+            step_arg,
             dim,
             size,
         )
@@ -317,11 +321,10 @@ def prove_all_gather_reassembly(
     the slices taken along dim 0 of ``wait(ag_node)``, equals
     ``all_gather_single(shard, gather_dim)``.  Returns ``gather_dim`` (the
     cat's dim, normalized) when proven, else None with a logged reason."""
-    cat_val = _val(cat_node)
-    if cat_val is None:
-        _skip("%s has no shape metadata", cat_node)
-        return None
-    gather_dim = _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim)
+    cat_dim = get_arg_value(cat_node, 1, "dim")
+    gather_dim = _normalize_dim(
+        0 if cat_dim is None else cat_dim, _get_tensor(cat_node).ndim
+    )
     if gather_dim is None:
         _skip("%s has a non-constant dim", cat_node)
         return None
@@ -335,7 +338,7 @@ def prove_all_gather_reassembly(
             chunks[0].dim,
         )
         return None
-    group_size = _arg(ag_node, 1, "group_size")
+    group_size = get_arg_value(ag_node, 1, "group_size")
     if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
         return None
     if trim_node is not None and not _is_noop_trim(trim_node, gather_dim):
@@ -355,25 +358,15 @@ def prove_reduce_scatter_reassembly(
     slice_nodes: Sequence[torch.fx.Node],
     cat_node: torch.fx.Node,
 ) -> int | None:
-    """Safety of a reduce-scatter slice/cat match: ``cat(slice_nodes, 0)``, the
-    slices taken from one tensor along one dim, equals that tensor laid out as
-    ``reduce_scatter_single(input, scatter_dim)`` expects.  Returns
-    ``scatter_dim`` (normalized) when proven, else None with a logged reason."""
-    cat_val = _val(cat_node)
-    if cat_val is None:
-        _skip("%s has no shape metadata", cat_node)
-        return None
-    if _normalize_dim(_arg(cat_node, 1, "dim", 0), cat_val.ndim) != 0:
-        _skip(
-            "%s concatenates along dim %s; reduce_scatter_tensor scatters dim 0",
-            cat_node,
-            _arg(cat_node, 1, "dim", 0),
-        )
-        return None
+    """Safety of a reduce-scatter slice/cat match: ``cat(slice_nodes, 0)`` (the
+    matcher checks the dim), the slices taken from one tensor along one dim,
+    equals that tensor laid out as ``reduce_scatter_single(input, scatter_dim)``
+    expects.  Returns ``scatter_dim`` (normalized) when proven, else None with
+    a logged reason."""
     chunks = _chunks_of(cat_node, slice_nodes)
     if chunks is None:
         return None
-    group_size = _arg(reduce_scatter_node, 2, "group_size")
+    group_size = get_arg_value(reduce_scatter_node, 2, "group_size")
     if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
         return None
     log.debug(
@@ -386,12 +379,10 @@ def prove_reduce_scatter_reassembly(
     return chunks[0].dim
 
 
-def count_fused_reassembly(match: object) -> None:
-    """Called by the ``fuse_*`` steps after a rewrite: count it when the
-    match came through a slice/cat reassembly (the split/getitem patterns
-    have no slice node)."""
-    nodes = getattr(match, "nodes", match)
-    if isinstance(nodes, (list, tuple)) and any(
-        isinstance(n, torch.fx.Node) and n.target is aten.slice.Tensor for n in nodes
-    ):
+def count_fused_reassembly(match: Match | list[torch.fx.Node]) -> None:
+    """Called by the ``fuse_*`` steps after a rewrite with the match's
+    ``match``: count it when it came through a slice/cat reassembly (the
+    split/getitem patterns have no slice node)."""
+    nodes = match.nodes if isinstance(match, Match) else match
+    if any(n.target is aten.slice.Tensor for n in nodes):
         counters["inductor"][FEATURE] += 1

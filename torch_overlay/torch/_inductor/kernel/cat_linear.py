@@ -225,5 +225,7 @@ def lower_cat_mm(
     """Lower a matched site in ``form``.  ``parts`` are 2-D, or 3-D with
     ``rows`` the product of their leading sizes (the site's view to 2-D)."""
     if rows is not None:
-        parts = [lowerings[aten.view.default](p, [rows, p.get_size()[-1]]) for p in parts]
+        parts = [
+            lowerings[aten.view.default](p, [rows, p.get_size()[-1]]) for p in parts
+        ]
     return _FORMS[form](parts, mat2, bias)
