@@ -168,7 +168,7 @@ def can_fuse_cat_mm(match: Match) -> bool:
     if len(dtypes) != 1 or not out.dtype.is_floating_point:
         return _decline("dtype", f"mixed or non-floating dtypes {dtypes}", gemm)
     if len({v.device for v in (*vals, mat2)}) != 1:  # type: ignore[union-attr]
-        return _decline("device", "operands on several devices", gemm)
+        return _decline("devices", "operands on several devices", gemm)
     return True
 
 
