@@ -198,8 +198,8 @@ def _chunks_of(
     return chunks
 
 
-def can_reassemble_canonical_chunks(
-    chunks: list[_Chunk], group_size: int, what: torch.fx.Node
+def _can_reassemble_canonical_chunks(
+    chunks: list[_Chunk], group_size: int, node: torch.fx.Node
 ) -> bool:
     """Whether ``chunks``, in order, are exactly the ``group_size`` equal
     contiguous chunks of their source along their dim: chunk ``i`` is
@@ -210,12 +210,12 @@ def can_reassemble_canonical_chunks(
     proven is rejected.
     """
     if not isinstance(group_size, int) or isinstance(group_size, bool):
-        _skip("%s: group size %r is not a constant", what, group_size)
+        _skip("%s: group size %r is not a constant", node, group_size)
         return False
     if len(chunks) != group_size:
         _skip(
             "%s has %d chunks but the group has %d ranks",
-            what,
+            node,
             len(chunks),
             group_size,
         )
@@ -226,7 +226,7 @@ def can_reassemble_canonical_chunks(
     if not _known_eq(chunk_size * group_size, size):
         _skip(
             "%s: dim %d of %s (size %s) is not provably divisible by %d ranks",
-            what,
+            node,
             dim,
             chunks[0].source,
             size,
@@ -238,7 +238,7 @@ def can_reassemble_canonical_chunks(
         if step is None or not _known_eq(step, 1):
             _skip(
                 "%s: chunk %d (%s) has step %s, not 1",
-                what,
+                node,
                 i,
                 chunk.node,
                 chunk.step_arg,
@@ -249,7 +249,7 @@ def can_reassemble_canonical_chunks(
         if start is None or end is None:
             _skip(
                 "%s: bounds [%s, %s) of chunk %d (%s) are not provable",
-                what,
+                node,
                 chunk.start_arg,
                 chunk.end_arg,
                 i,
@@ -262,7 +262,7 @@ def can_reassemble_canonical_chunks(
             _skip(
                 "%s: chunk %d (%s) covers [%s, %s) of dim %d, "
                 "rank %d's chunk is [%s, %s)",
-                what,
+                node,
                 i,
                 chunk.node,
                 start,
@@ -279,7 +279,8 @@ def can_reassemble_canonical_chunks(
 def _is_noop_trim(trim: torch.fx.Node, dim: int) -> bool:
     """Whether ``trim`` (a slice of the reassembled cat) keeps all of it."""
     cat_node = trim.args[0]
-    assert isinstance(cat_node, torch.fx.Node)
+    if not isinstance(cat_node, torch.fx.Node):
+        raise AssertionError(f"expected a cat node under {trim}, got {cat_node!r}")
     cat_val = _get_tensor(cat_node)
     trim_dim, start_arg, end_arg, step_arg = _slice_args(trim)
     trim_dim = _normalize_dim(trim_dim, cat_val.ndim)
@@ -339,7 +340,7 @@ def prove_all_gather_reassembly(
         )
         return None
     group_size = get_arg_value(ag_node, 1, "group_size")
-    if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
+    if not _can_reassemble_canonical_chunks(chunks, group_size, cat_node):
         return None
     if trim_node is not None and not _is_noop_trim(trim_node, gather_dim):
         return None
@@ -367,7 +368,7 @@ def prove_reduce_scatter_reassembly(
     if chunks is None:
         return None
     group_size = get_arg_value(reduce_scatter_node, 2, "group_size")
-    if not can_reassemble_canonical_chunks(chunks, group_size, cat_node):
+    if not _can_reassemble_canonical_chunks(chunks, group_size, cat_node):
         return None
     log.debug(
         "%s: %s reassembles %s along dim %d",

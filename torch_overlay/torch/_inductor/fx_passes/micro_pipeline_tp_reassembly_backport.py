@@ -121,11 +121,13 @@ def find_all_gather_reassembly(node: torch.fx.Node) -> AllGatherReassembly | Non
         for s in slice_nodes
     ):
         return None
-    assert isinstance(wait_node, torch.fx.Node)
+    if not isinstance(wait_node, torch.fx.Node):
+        raise AssertionError(f"expected a node, got {wait_node!r}")
     ag_node = wait_node.args[0]
     if not _is_call(ag_node, c10d.all_gather_into_tensor.default):
         return None
-    assert isinstance(ag_node, torch.fx.Node)
+    if not isinstance(ag_node, torch.fx.Node):
+        raise AssertionError(f"expected a node, got {ag_node!r}")
     shard_node = ag_node.args[0]
     group_name = _arg(ag_node, 2, "group_name")
     if not isinstance(shard_node, torch.fx.Node) or group_name is None:
@@ -155,11 +157,13 @@ def find_reduce_scatter_reassembly(
     rs_node = node.args[0]
     if not _is_call(rs_node, c10d.reduce_scatter_tensor.default):
         return None
-    assert isinstance(rs_node, torch.fx.Node)
+    if not isinstance(rs_node, torch.fx.Node):
+        raise AssertionError(f"expected a node, got {rs_node!r}")
     cat_node = rs_node.args[0]
     if not _is_call(cat_node, aten.cat.default) or _arg(cat_node, 1, "dim", 0) != 0:
         return None
-    assert isinstance(cat_node, torch.fx.Node)
+    if not isinstance(cat_node, torch.fx.Node):
+        raise AssertionError(f"expected a node, got {cat_node!r}")
     slice_nodes = cat_node.args[0]
     if not isinstance(slice_nodes, (list, tuple)) or len(slice_nodes) == 0:
         return None
