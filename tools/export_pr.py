@@ -55,6 +55,15 @@ def parse_author(text: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+# Domains reserved for documentation and tests (RFC 2606): no one can sign a CLA with such an address.
+_PLACEHOLDER_DOMAIN_RE = re.compile(r"@(?:[^>\s]*\.)?(?:example|test|invalid|localhost|example\.(?:com|net|org))$", re.I)
+
+
+def placeholder_author(author: tuple[str, str]) -> bool:
+    """Whether ``author``'s address is one a PR cannot be opened with (a reserved domain)."""
+    return bool(_PLACEHOLDER_DOMAIN_RE.search(author[1]))
+
+
 def default_author(root: Path) -> tuple[str, str]:
     """The checkout's git identity (the person proposing the PRs), else the patch set's own identity."""
     got = [gitutil.git("config", key, cwd=root, env=gitutil.user_env(), check=False).stdout.strip()
@@ -192,7 +201,11 @@ def export_prs(
     if upstream_checkout is not None and not upstream_checkout.is_dir():
         raise PatchsetError(f"--upstream-checkout {upstream_checkout}", "not a directory")
     tree = bases_mod.require_base_tree(base, cache_dir)
-    author = author or default_author(sources.root)
+    if author is None:
+        author = default_author(sources.root)
+        if placeholder_author(author):
+            progress(f"export-pr: warning: the commits' author {author[0]} <{author[1]}> (git config) has a placeholder "
+                     "address that upstream's CLA check rejects; pass --author 'Your Name <you@your.domain>'")
     fork = ForkPaths.of(sources.root)
     older = older_releases_re(ps.bases, base)
     out = (out or sources.root / "build" / "export-pr" / f"v{base}").resolve()

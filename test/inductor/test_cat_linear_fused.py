@@ -2,12 +2,12 @@
 import contextlib
 from unittest import mock
 
+from hypothesis import given, settings, strategies as st
+
 import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
-from hypothesis import given, settings, strategies as st
-
 from torch._inductor.fx_passes import (
     cat_linear_fused,
     cat_linear_fused_cost as cost,

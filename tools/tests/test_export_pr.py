@@ -415,3 +415,13 @@ def test_find_ruff(tmp_path, monkeypatch):
     venv.write_text("#!/bin/sh\n")
     venv.chmod(0o755)
     assert find_ruff(tmp_path) == [str(venv)]
+
+
+def test_placeholder_author_is_named():
+    """An author address in a reserved domain (RFC 2606) is a placeholder: export-pr warns when git config gives one."""
+    from tools.export_pr import placeholder_author
+
+    assert placeholder_author(("A", "maintainers@users.noreply.a-seed-8f783bcf.example"))
+    assert placeholder_author(("Jane Doe", "jane@example.com"))
+    assert not placeholder_author(("Jane Doe", "jane@pytorch.org"))
+    assert not placeholder_author(("Jane Doe", "jane@examples.dev"))
