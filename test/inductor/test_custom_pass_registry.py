@@ -307,6 +307,29 @@ class CustomPassRegistryTest(TestCase):
         with register():
             check(expect_warning=True)
 
+    @torch._functorch.config.patch(enable_autograd_cache=False)
+    @inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False)
+    def test_custom_pass_registry_assigned_plain_callable_not_warned(self):
+        # Assigning a plain function bypassed the cache silently before this
+        # registry: it still bypasses, logged at INFO, not warned about.
+        log = []
+
+        def plain(graph):
+            log.append("plain")
+
+        with (
+            inductor_config.patch(post_grad_custom_post_pass=plain),
+            self.assertNoLogs(REGISTRY_LOG, level="WARNING"),
+            self.assertLogs(REGISTRY_LOG, level="INFO") as logs,
+        ):
+            counters.clear()
+            self.compile_and_run(fn, torch.randn(8))
+        self.assertEqual(log, ["plain"])
+        self.assertGreater(counters["inductor"]["fxgraph_cache_bypass"], 0)
+        missing = [r for r in logs.output if "has no uuid()" in r]
+        self.assertEqual(len(missing), 1, logs.output)
+        self.assertTrue(missing[0].startswith("INFO:"), missing)
+
     def test_custom_pass_registry_assignment_alone_is_unchanged(self):
         # No registrations: an assigned pass runs as upstream runs it, no warning.
         log = []
@@ -317,26 +340,27 @@ class CustomPassRegistryTest(TestCase):
                 self.compile_and_run(fn, torch.randn(4))
         self.assertEqual(log, ["only"])
 
-    def test_custom_pass_registry_config_save_load(self):
-        log = []
+    def test_custom_pass_registry_not_in_config(self):
+        # Registrations live outside config: saving config with an unpicklable
+        # pass registered works, and neither the saved nor the copied config
+        # holds a registered pass.
+        registered = [
+            RecordingPass("r", []),
+            lambda graph: None,  # unpicklable: save_config would raise on it
+        ]
+        self.register("post_grad_custom_post_pass", registered[0], name="lib.r")
         self.register(
-            "post_grad_custom_post_pass", RecordingPass("r", log), name="lib.r"
+            "joint_custom_pre_pass", registered[1], name="lib.lambda_without_uuid"
         )
-        self.register(
-            "joint_custom_pre_pass", lambda graph: None, name="lib.lambda_without_uuid"
-        )
-        with inductor_config.patch(post_grad_custom_pre_pass=RecordingPass("p", log)):
-            saved = inductor_config.save_config()
-            portable = inductor_config.save_config_portable()
-            copy = inductor_config.get_config_copy()
-            pickle.dumps(portable)
-        inductor_config.load_config(saved)
-        self.assertIsNone(inductor_config.post_grad_custom_pre_pass)
-        self.assertIn("max_autotune", copy)
-        self.assertEqual(
-            sorted(cpr.list_custom_passes()),
-            ["joint_custom_pre_pass", "post_grad_custom_post_pass"],
-        )
+        saved = pickle.loads(inductor_config.save_config())
+        copied = inductor_config.get_config_copy()
+        pickle.dumps(inductor_config.save_config_portable())
+        for values in (saved, copied):
+            for value in values.values():
+                held = value if isinstance(value, (list, tuple)) else (value,)
+                self.assertFalse(any(v is p for v in held for p in registered))
+        self.assertIsNone(inductor_config.post_grad_custom_post_pass)
+        self.assertIsNone(inductor_config.joint_custom_pre_pass)
 
     # -- FX graph cache ----------------------------------------------------
 
@@ -472,9 +496,10 @@ class CustomPassRegistryTest(TestCase):
 
     @torch._functorch.config.patch(enable_autograd_cache=False)
     @inductor_config.patch(fx_graph_cache=True, fx_graph_remote_cache=False)
-    def test_custom_pass_registry_uuid_once_per_compile(self):
-        # The cache check and the key it is followed by share one uuid() call
-        # per pass; a changed set of passes between them is asked again.
+    def test_custom_pass_registry_uuid_calls_per_compile(self):
+        # Post-grad and joint passes: uuid() once for the cache check and once
+        # for the key, not once per stage that is looked at; the key sees a
+        # pass registered after the check.
         calls = []
 
         class CountingPass(RecordingPass):
@@ -485,7 +510,7 @@ class CustomPassRegistryTest(TestCase):
         self.register("post_grad_custom_post_pass", CountingPass("a", []), name="lib.a")
         self.register("joint_custom_pre_pass", CountingPass("j", []), name="lib.j")
         self.compile_and_run(fn, torch.randn(8))
-        self.assertEqual(sorted(calls), ["a", "j"])
+        self.assertEqual(sorted(calls), ["a", "a", "j", "j"])
         calls.clear()
         self.assertIsNone(cpr.custom_pass_cache_bypass_reason(include_pre_grad=True))
         with cpr.register_custom_pass(
@@ -497,6 +522,35 @@ class CustomPassRegistryTest(TestCase):
             [n for n, _ in dict(details)["post_grad_custom_post_pass"]],
             ["lib.a", "lib.b"],
         )
+
+    @parametrize("stage", ["pre_grad_custom_pass", "post_grad_custom_post_pass"])
+    def test_custom_pass_registry_uuid_none_is_the_only_missing_uuid(self, stage):
+        # One rule for the check, the key and pre-grad timing: a uuid() that
+        # is falsy but not None identifies the pass; None does not.  (2.11 has
+        # no pre-grad timing: its pre-grad passes always run before the lookup.)
+        from torch._inductor import codecache
+
+        timing = getattr(codecache, "resolve_pre_grad_pass_timing", None)
+        falsy = RecordingPass("falsy", [])
+        falsy.uuid = lambda: 0
+        with self.register(stage, falsy, name="lib.falsy"):
+            self.assertIsNone(cpr.custom_pass_cache_bypass_reason(True))
+            self.assertEqual(
+                dict(cpr.custom_pass_cache_details(True))[stage], (("lib.falsy", 0),)
+            )
+            if timing is not None:
+                self.assertEqual(timing(), "late")
+        missing = RecordingPass("missing", [])
+        missing.uuid = lambda: None
+        with self.register(stage, missing, name="lib.missing"):
+            self.assertEqual(
+                cpr.custom_pass_cache_bypass_reason(True),
+                f"custom pass lib.missing at {stage} has no uuid()",
+            )
+            if timing is not None:
+                self.assertEqual(
+                    timing(), "early" if stage == "pre_grad_custom_pass" else "late"
+                )
 
     def test_custom_pass_registry_file_hashes_cached_for_several_passes(self):
         # Two passes hashing their own files do not re-read them per compile.

@@ -30,8 +30,14 @@ here run next to the assigned ones::
 * Cache: :func:`custom_pass_cache_details` is what the FX graph (and so the
   AOTAutograd) cache key hashes, each pass's ``(name, uuid())`` in run order;
   :func:`custom_pass_cache_bypass_reason` bypasses the cache for a pass that
-  is not a ``CustomPassBase`` or has no ``uuid()``, with one warning per pass.
-  The cache check and the key that follows it call each ``uuid()`` once.
+  is not a ``CustomPassBase`` (``CustomGraphPass``, ``CustomSchedulerPass``,
+  ...) or whose ``uuid()`` is None: one warning per registered pass, an INFO
+  line for an assigned one (assignment bypassed silently before).  One helper,
+  ``_custom_pass_uuid`` (``_custom_pass_has_uuid``), decides this for the
+  check, the key and ``codecache.resolve_pre_grad_pass_timing``, and
+  ``_custom_pass_name`` names passes for all of them.  Each calls ``uuid()``
+  (for a pre-grad pass, resolving its timing does too), so ``uuid()`` should
+  be cheap; ``get_hash_for_files`` caches per set of files.
 """
 
 from __future__ import annotations
@@ -131,9 +137,6 @@ _lock = threading.RLock()
 _registry: dict[CustomPassStage, list[_Registration]] = {}
 _seq = itertools.count()
 _warned_missing_uuid: set[tuple[str, str]] = set()
-# What custom_pass_cache_bypass_reason computed, for the
-# custom_pass_cache_details call that follows it on the same thread.
-_checked = threading.local()
 
 
 def _reset_for_tests() -> None:
@@ -141,7 +144,6 @@ def _reset_for_tests() -> None:
     with _lock:
         _registry.clear()
         _warned_missing_uuid.clear()
-    _checked.infos = None
 
 
 def _as_stage(stage: CustomPassStage | str) -> CustomPassStage:
@@ -155,11 +157,29 @@ def _as_stage(stage: CustomPassStage | str) -> CustomPassStage:
     return resolved
 
 
-def _default_name(custom_pass: Callable[..., Any]) -> str:
+def _custom_pass_name(custom_pass: object) -> str:
+    """A pass's name in messages, the listing and the cache key, and the
+    default registration name: its module and qualified name (its class's for
+    an instance).  codecache imports this one for its messages too."""
     obj = custom_pass if hasattr(custom_pass, "__qualname__") else type(custom_pass)
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None) or repr(obj)
     return f"{module}.{qualname}" if module else qualname
+
+
+def _custom_pass_uuid(custom_pass: object) -> Any:
+    """The ``uuid()`` the cache key includes, or None when the pass cannot be
+    part of a key: it is not a ``CustomPassBase`` (whose ``uuid()`` the cache
+    trusts) or its ``uuid()`` is None."""
+    if not isinstance(custom_pass, custom_graph_pass.CustomPassBase):
+        return None
+    return custom_pass.uuid()
+
+
+def _custom_pass_has_uuid(custom_pass: object) -> bool:
+    """Whether the FX graph cache can include ``custom_pass`` in its key: the
+    one test for the cache check, the key and resolve_pre_grad_pass_timing."""
+    return _custom_pass_uuid(custom_pass) is not None
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -228,13 +248,13 @@ def register_custom_pass(
     ``name`` (default: module and qualified name) is unique per stage;
     ``before``/``after`` name passes of the stage this one runs before/after.
     The FX graph cache serves a compile only when every pass is a
-    ``CustomGraphPass`` (``CustomSchedulerPass`` for scheduler stages) with a
-    ``uuid()``.
+    ``CustomPassBase`` (in practice ``CustomGraphPass``, or
+    ``CustomSchedulerPass`` for scheduler stages) whose ``uuid()`` is not None.
     """
     resolved = _as_stage(stage)
     if not callable(custom_pass):
         raise TypeError(f"custom pass must be callable, got {type(custom_pass)}")
-    pass_name = name if name is not None else _default_name(custom_pass)
+    pass_name = name if name is not None else _custom_pass_name(custom_pass)
     with _lock:
         entries = list(_registry.get(resolved, ()))
         if any(e.name == pass_name for e in entries):
@@ -267,17 +287,10 @@ def get_custom_passes(stage: CustomPassStage | str) -> tuple[Callable[..., Any],
             "config.%s is assigned (%s) and custom passes are registered for "
             "the same stage (%s): running all of them, assigned passes first",
             resolved.value,
-            ", ".join(_default_name(p) for p in assigned),
+            ", ".join(_custom_pass_name(p) for p in assigned),
             ", ".join(e.name for e in registered),
         )
     return (*assigned, *(e.custom_pass for e in registered))
-
-
-def _uuid(custom_pass: Callable[..., Any]) -> Any:
-    # The cache key trusts uuid() only from the custom pass classes.
-    if not isinstance(custom_pass, custom_graph_pass.CustomPassBase):
-        return None
-    return custom_pass.uuid() or None
 
 
 def list_custom_passes(
@@ -289,10 +302,12 @@ def list_custom_passes(
     listing: dict[str, list[CustomPassInfo]] = {}
     for s in stages:
         infos = [
-            CustomPassInfo(_default_name(p), "config", p, _uuid(p))
+            CustomPassInfo(_custom_pass_name(p), "config", p, _custom_pass_uuid(p))
             for p in _assigned(s)
         ] + [
-            CustomPassInfo(e.name, "registry", e.custom_pass, _uuid(e.custom_pass))
+            CustomPassInfo(
+                e.name, "registry", e.custom_pass, _custom_pass_uuid(e.custom_pass)
+            )
             for e in _registered(s)
         ]
         if infos or stage is not None:
@@ -318,26 +333,10 @@ def _cache_infos(include_pre_grad: bool) -> _CacheInfos:
     )
 
 
-def _same_passes(infos: _CacheInfos, include_pre_grad: bool) -> bool:
-    """Whether ``infos`` lists the passes that run now (by identity)."""
-    stages = _cache_stages(include_pre_grad)
-    if [stage for stage, _ in infos] != stages:
-        return False
-    for stage, stage_infos in infos:
-        now = [*_assigned(stage), *(e.custom_pass for e in _registered(stage))]
-        if len(now) != len(stage_infos) or any(
-            p is not i.custom_pass for p, i in zip(now, stage_infos)
-        ):
-            return False
-    return True
-
-
 def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
     """Why the FX graph cache cannot serve this compile, or None.
     ``include_pre_grad``: pre-grad passes run after the cache lookup."""
-    infos = _cache_infos(include_pre_grad)
-    _checked.infos = (include_pre_grad, infos)
-    for stage, stage_infos in infos:
+    for stage, stage_infos in _cache_infos(include_pre_grad):
         for info in stage_infos:
             if info.uuid is not None:
                 continue
@@ -347,7 +346,9 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
                 first = key not in _warned_missing_uuid
                 _warned_missing_uuid.add(key)
             if first:
-                log.warning(
+                # A registered pass (new API) is warned about; an assigned one
+                # bypassed the cache silently before, so it is only logged.
+                (log.warning if info.source == "registry" else log.info)(
                     "custom pass %s at %s has no uuid(); the FX graph cache is "
                     "bypassed for graphs compiled with it. Make it a "
                     "CustomGraphPass (CustomSchedulerPass for scheduler stages) "
@@ -362,20 +363,8 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
 def custom_pass_cache_details(
     include_pre_grad: bool,
 ) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
-    """Per stage, each pass's (name, uuid) in run order: the cache key's part.
-    The uuids come from the cache check just before on this thread (the cache
-    asks for the key only after that check) when the same passes run."""
-    checked = getattr(_checked, "infos", None)
-    _checked.infos = None
-    if (
-        checked is not None
-        and checked[0] == include_pre_grad
-        and _same_passes(checked[1], include_pre_grad)
-    ):
-        infos = checked[1]
-    else:
-        infos = _cache_infos(include_pre_grad)
+    """Per stage, each pass's (name, uuid) in run order: the cache key's part."""
     return tuple(
         (stage.value, tuple((info.name, info.uuid) for info in stage_infos))
-        for stage, stage_infos in infos
+        for stage, stage_infos in _cache_infos(include_pre_grad)
     )
