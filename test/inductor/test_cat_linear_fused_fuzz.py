@@ -281,8 +281,8 @@ class CatLinearFusedFuzzTest(TestCase):
     def stock(self, fn, args, path, backend):
         """``fn`` compiled the same way without the pass: the reference.  The
         pass must keep the meaning of the graph it is given; where dynamo's
-        own graph differs from eager (2.14+ under this test case's config
-        moves ``batch_norm``'s running-stat write ahead of a cat that reads
+        own graph differs from eager (under this test case's config, dynamo
+        may move ``batch_norm``'s running-stat write ahead of a cat that reads
         the running mean), that is not the pass's doing."""
         torch._dynamo.reset()
         torch.manual_seed(2)

@@ -526,8 +526,8 @@ class CustomPassRegistryTest(TestCase):
     @parametrize("stage", ["pre_grad_custom_pass", "post_grad_custom_post_pass"])
     def test_custom_pass_registry_uuid_none_is_the_only_missing_uuid(self, stage):
         # One rule for the check, the key and pre-grad timing: a uuid() that
-        # is falsy but not None identifies the pass; None does not.  (2.11 has
-        # no pre-grad timing: its pre-grad passes always run before the lookup.)
+        # is falsy but not None identifies the pass; None does not.  (A torch
+        # without pre-grad timing runs its pre-grad passes before the lookup.)
         from torch._inductor import codecache
 
         timing = getattr(codecache, "resolve_pre_grad_pass_timing", None)
