@@ -18,15 +18,13 @@ sets torch's threads; the load average is recorded before and after.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cat_linear_fused_gpu import run_site, summarize  # noqa: E402
+from cat_linear_fused_gpu import host_time_us, run_site, summarize  # noqa: E402
 from cpu_info import cpu_model  # noqa: E402
 
 
@@ -38,16 +36,6 @@ SHAPES = [  # (rows, piece widths, N)
     (4096, (96, 160), 512),
 ]
 VARIANTS = ("stock", "stock_aa", "patched", "upstream", "view", "floor")
-
-
-def host_time_us(fn, calls=10):
-    fn()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def main(argv=None):
