@@ -122,23 +122,23 @@ def step_cost(graph: torch.fx.Graph, ridge: float) -> float:
     return total
 
 
-def _parts_and_rows(match: Match) -> tuple[list[torch.fx.Node], Any] | None:
+def _parts(match: Match) -> list[torch.fx.Node] | None:
+    """The cat's parts, None unless every one is a graph node."""
     parts = match.kwargs["parts"]
     if not isinstance(parts, (list, tuple)) or not all(
         isinstance(p, torch.fx.Node) for p in parts
     ):
         return None
-    return list(parts), match.kwargs.get("size", [None])[0]
+    return list(parts)
 
 
 def can_fuse_cat_mm(match: Match) -> bool:
     """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
     3-D cat to 2-D) a site the lowering computes exactly?"""
     gemm = match.output_node()
-    found = _parts_and_rows(match)
-    if found is None:
+    parts = _parts(match)
+    if parts is None:
         return _decline("not_nodes", "a part is not a graph node", gemm)
-    parts, _ = found
     vals = [_val(p) for p in parts]
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
     if mat2 is None or out is None or any(v is None for v in vals):
@@ -174,7 +174,8 @@ def can_fuse_cat_mm(match: Match) -> bool:
 
 def site(match: Match) -> cost.CatLinearSite:
     """The site as the decision sees it (sizes on their hints)."""
-    parts, _ = _parts_and_rows(match)  # type: ignore[misc]
+    parts = _parts(match)
+    assert parts is not None
     vals = [_val(p) for p in parts]
     out = _val(match.output_node())
     assert out is not None and all(v is not None for v in vals)
