@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.fx_passes import (
-    cat_linear_fused,
     cat_linear_fused_cost as cost,
     cat_linear_lowering,
 )
@@ -46,6 +45,33 @@ def make_inputs(
     w = torch.randn(n, sum(widths), dtype=dtype, device=device) / sum(widths) ** 0.5
     args = [*parts, w] + ([torch.randn(n, dtype=dtype, device=device)] if bias else [])
     return [t.requires_grad_(grad) for t in args]
+
+
+def _generated_site(num_parts, op):
+    def fn(*args):
+        x = torch.cat(args[:num_parts], -1)
+        w, *bias = args[num_parts:]
+        if op == "linear":
+            return F.linear(x, w, *bias)
+        if op == "mm":
+            return torch.mm(x, w.t())
+        return torch.addmm(bias[0], x, w.t(), beta=1, alpha=1)
+
+    return fn
+
+
+def _generated_site_args(widths, rows, n, dtype, device, strided, op):
+    """Pieces (column slices of wider tensors when ``strided``), a weight and,
+    but for ``mm``, a bias."""
+    parts = []
+    for k in widths:
+        if strided:
+            parts.append(torch.randn(rows, k + 8, dtype=dtype, device=device)[:, 3:-5])
+        else:
+            parts.append(torch.randn(rows, k, dtype=dtype, device=device))
+    w = torch.randn(n, sum(widths), dtype=dtype, device=device) / sum(widths) ** 0.5
+    bias = [] if op == "mm" else [torch.randn(n, dtype=dtype, device=device)]
+    return [*parts, w, *bias]
 
 
 def fusion(form=None):
@@ -236,6 +262,77 @@ class CatLinearFusedTest(TestCase):
             self.common(fn, args, 0, form="view")
         self.assertEqual(counters["inductor"][f"cat_linear_{case}"], 1)
 
+    @parametrize(
+        "beta,alpha,nan_bias",
+        [(0.5, 1.0, False), (1.0, 2.0, False), (0.0, 1.0, True), (0.0, 3.0, True)],
+    )
+    def test_cat_linear_scaled_addmm_declined(self, beta, alpha, nan_bias):
+        # A pattern without addmm's beta/alpha keywords matches such a site
+        # (where the node keeps them): it stays stock, and beta=0 ignores a
+        # NaN bias as eager does
+        def fn(a, b, w, c):
+            return torch.addmm(c, torch.cat([a, b], 1), w, beta=beta, alpha=alpha)
+
+        a, b = torch.randn(8, 16), torch.randn(8, 24)
+        c = torch.full((8,), float("nan")) if nan_bias else torch.randn(8)
+        self.common(fn, [a, b, torch.randn(40, 8), c], 0, "view")
+
+    def test_cat_linear_plain_addmm(self):
+        def fn(a, b, w, c):
+            return torch.addmm(c, torch.cat([a, b], 1), w, beta=1, alpha=1)
+
+        args = [torch.randn(8, 16), torch.randn(8, 24), torch.randn(40, 8)]
+        self.common(fn, [*args, torch.randn(8)], 1, "view")
+
+    def test_cat_linear_cat_with_other_users(self):
+        # the cat is materialized for its other user anyway: counted, stock
+        def fn(a, b, w, bias):
+            x = torch.cat([a, b], -1)
+            return F.linear(x, w, bias) + x.sum()
+
+        self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 0, "view")
+        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
+
+    def test_cat_linear_in_cond_branches(self):
+        # A site in a cond branch is lowered with its subgraph; the parent
+        # graph's fake-tensor update re-runs the rewritten branch on fake
+        # tensors (before the fix: 'FakeTensor' object has no attribute
+        # 'get_size').
+        def fn(a, b, w, bias):
+            def yes(a, b, w, bias):
+                return F.linear(torch.cat([a, b], -1), w, bias)
+
+            def no(a, b, w, bias):
+                return F.linear(torch.cat([b, a], -1), w, bias)
+
+            return torch.cond(a.sum() > 0, yes, no, (a, b, w, bias))
+
+        self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 2, "view")
+
+    def test_cat_linear_in_while_loop_body(self):
+        def fn(a, b, w, bias):
+            def body(i, x):
+                return i + 1, F.linear(torch.cat([x, b], -1), w, bias)
+
+            return torch._higher_order_ops.while_loop(
+                lambda i, x: i < 3, body, (torch.tensor(0), a)
+            )[1]
+
+        args = make_inputs((8,), (16, 16), 16, grad=False)
+        self.common(fn, args, 1, "view")
+
+    def test_cat_linear_part_written_before_cat(self):
+        # a part written through an index after it is made: the write is in
+        # the functional graph, the site is read after it
+        def fn(a, b, w, bias):
+            p = a * 2.0
+            p[0] = 5.0
+            q = b + 1.0
+            q[:, 1:3].mul_(3.0)
+            return F.linear(torch.cat([p, q], -1), w, bias)
+
+        self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 1, "view")
+
     def test_cat_linear_skip_is_logged(self):
         with self.assertLogs(cat_linear_lowering.log, level="DEBUG") as logs:
             self.common(cat_linear, make_inputs((8,), (16, 16), 8, grad=False), 0)
@@ -251,17 +348,6 @@ class CatLinearFusedTest(TestCase):
         with fusion():
             torch._dynamo.reset()
             torch.compile(cat_linear)(*make_inputs((8,), (16, 16), 8, grad=False))
-
-    def _traced(self, fn, args):
-        graphs = []
-
-        def capture(gm, example_inputs):
-            graphs.append(gm)
-            return gm
-
-        torch._dynamo.reset()
-        torch.compile(fn, backend=capture)(*args)
-        return graphs[0].graph
 
     # ---- the decision ---------------------------------------------------------
 
@@ -304,92 +390,46 @@ class CatLinearFusedTest(TestCase):
             self.assertIsNone(cost.ridge_point(torch.device("cuda", 0), torch.bfloat16))
         self.assertIsNone(cost.ridge_point(torch.device("cpu"), torch.float32))
 
-    # ---- the explicit entry points (above autograd, the "view" rewrite) ------
-
-    def test_cat_linear_seed_gates_exist(self):
-        self.assertGreaterEqual(cat_linear_fused.MAX_PARTS, 2)
-        self.assertLessEqual(cat_linear_fused.MIN_PIECE_WIDTH, 16)
-        self.assertGreater(cat_linear_fused.MAX_TOTAL_CAT_WIDTH, 32)
-
-    def test_fuse_cat_linear_in_graph_plain_graph(self):
-        # A plain fx.Graph whose meta["val"] are real tensors: 4 x (16+16) -> 8.
-        graph = torch.fx.Graph()
-        a, b, w = (graph.placeholder(n) for n in "abw")
-        x = graph.call_function(torch.cat, ([a, b], -1))
-        graph.output(graph.call_function(F.linear, (x, w)))
-        vals = {
-            "a": torch.randn(4, 16),
-            "b": torch.randn(4, 16),
-            "w": torch.randn(8, 32),
-        }
-        for node in graph.nodes:
-            if node.op == "placeholder":
-                node.meta["val"] = vals[node.name]
-        x.meta["val"] = torch.cat([vals["a"], vals["b"]], -1)
-        x.next.meta["val"] = F.linear(x.meta["val"], vals["w"])
-        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 1)
-        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 0)
-        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-        FileCheck().check_not("torch.cat").run(gm.code)
-        self.assertEqual(
-            gm(**vals), F.linear(torch.cat([vals["a"], vals["b"]], -1), vals["w"])
-        )
-
-    def test_fuse_cat_linear_in_graph_gates(self):
-        def fn(a, b, c, d, e, w1, w2, w3):
-            return (
-                cat_linear(a, b, w1),
-                cat_linear(c, d, w2),
-                F.linear(torch.cat([a, b, c, d, e], -1), w3),
-            )
-
-        args = [torch.randn(4, 16) for _ in range(3)] + [
-            torch.randn(4, 8),
-            torch.randn(4, 16),
-        ]
-        args += [torch.randn(8, 32), torch.randn(8, 24), torch.randn(8, 72)]
-        graph = self._traced(fn, args)
-        # (16+8) has a piece under MIN_PIECE_WIDTH, the 5-part cat is over MAX_PARTS
-        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 1)
-
-    def test_cat_linear_fused_pre_grad_pass_assigned(self):
-        # 8 rows, two relu'd 64-wide projections into 32, on CPU: the explicit
-        # pass fires where the fusion's decision would not, and matches eager.
-        class M(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.p, self.q = torch.nn.Linear(32, 64), torch.nn.Linear(32, 64)
-                self.out = torch.nn.Linear(128, 32)
-
-            def forward(self, x):
-                return self.out(torch.cat([self.p(x).relu(), self.q(x).relu()], -1))
-
-        m, x = M(), torch.randn(8, 32)
-        counters.clear()
-        torch._dynamo.reset()
-        p = cat_linear_fused.cat_linear_fused_pre_grad_pass
-        with inductor_config.patch(pre_grad_custom_pass=p):
-            out = torch.compile(m)(x)
-        self.assertEqual(counters["inductor"]["cat_linear_fused"], 1)
-        self.assertEqual(out, m(x), **TOL[torch.float32])
-        self.assertTrue(p.uuid())
-
-    def test_cat_linear_fused_pre_grad_pass_registered(self):
-        from torch._inductor.custom_pass_registry import register_custom_pass
-
-        counters.clear()
-        torch._dynamo.reset()
-        p = cat_linear_fused.cat_linear_fused_pre_grad_pass
-        with register_custom_pass("pre_grad_custom_pass", p, name="seed.cat_linear"):
-            args = make_inputs((8,), (16, 16), 8, grad=False)
-            self.assertEqual(
-                torch.compile(cat_linear)(*args),
-                cat_linear(*args),
-                **TOL[torch.float32],
-            )
-        self.assertEqual(counters["inductor"]["cat_linear_fused"], 1)
-
     # ---- generated programs through the whole compile -------------------------
+
+    @settings(max_examples=12, deadline=None, derandomize=True, database=None)
+    @given(
+        widths=st.lists(st.sampled_from([8, 16, 40]), min_size=2, max_size=5),
+        rows=st.sampled_from([2, 7, 33]),  # one row: Inductor decomposes the mm
+        strided=st.booleans(),
+        scale=st.sampled_from([(1.0, 1.0), (0.5, 1.0), (1.0, -2.0), (0.0, 1.0)]),
+        nan_bias=st.booleans(),
+        grad=st.booleans(),
+        dynamic_rows=st.booleans(),
+    )
+    def test_cat_linear_generated_sites(
+        self, widths, rows, strided, scale, nan_bias, grad, dynamic_rows
+    ):
+        # addmm(bias, cat(parts, 1), W^T, beta=, alpha=) over piece counts,
+        # strides, keywords and dynamic rows, forced into the view form:
+        # eager's numbers forward and backward; taken exactly when it is exact
+        # (beta = alpha = 1, at most MAX_PARTS parts; without gradients, since
+        # the forward saves the cat for the weight gradient).
+        beta, alpha = scale
+
+        def fn(*args):
+            x = torch.cat(args[: len(widths)], 1)
+            w, c = args[len(widths) :]
+            return torch.addmm(c, x, w.t(), beta=beta, alpha=alpha)
+
+        args = _generated_site_args(
+            widths, rows, 8, torch.float32, "cpu", strided, "addmm"
+        )
+        if nan_bias and beta == 0.0:
+            args[-1] = torch.full_like(args[-1], float("nan"))
+        else:
+            args = [a.requires_grad_(grad) if a.is_leaf else a for a in args]
+        if dynamic_rows:
+            for a in args[: len(widths)]:
+                torch._dynamo.mark_dynamic(a, 0)
+        taken = (beta, alpha) == (1.0, 1.0) and len(widths) <= cost.MAX_PARTS
+        expected = int(taken and not any(a.requires_grad for a in args))
+        self.common(fn, args, expected, "view")
 
     @settings(max_examples=10, deadline=None, derandomize=True)
     @given(
@@ -468,7 +508,11 @@ class CatLinearFusedTest(TestCase):
         FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(code)
 
     @requires_cuda_and_triton
-    def test_cat_linear_cuda_strided_pieces_and_epilogue(self):
+    @parametrize("dynamic", ["rows", "all"])
+    def test_cat_linear_cuda_strided_pieces_and_epilogue(self, dynamic):
+        # Dynamic rows with static piece widths (the common case) are taken;
+        # under dynamic=True the widths are symbolic too, and a guard per
+        # width would specialize them, so the site is declined and counted.
         def fn(x, y, w, b):
             return torch.sigmoid(
                 F.linear(torch.cat([x[:, 8:72], torch.relu(y)], -1), w, b)
@@ -480,8 +524,49 @@ class CatLinearFusedTest(TestCase):
             torch.randn(96, 128, device="cuda", dtype=torch.bfloat16),
             torch.randn(96, device="cuda", dtype=torch.bfloat16),
         ]
+        if dynamic == "rows":
+            torch._dynamo.mark_dynamic(args[0], 0)
+            torch._dynamo.mark_dynamic(args[1], 0)
         with torch.no_grad():
-            self.common(fn, args, 1, form="mm", dynamic=True)
+            self.common(
+                fn, args, int(dynamic == "rows"), "mm", dynamic=dynamic == "all" or None
+            )
+        if dynamic == "all":
+            self.assertGreaterEqual(counters["inductor"]["cat_linear_width"], 1)
+
+    @requires_cuda_and_triton
+    def test_cat_linear_cuda_no_triton_backend(self):
+        # With the Triton GEMM backend off the in-place template cannot run:
+        # the site is declined before it is taken, never counted as done.
+        args = make_inputs((256,), (64, 64), 96, torch.bfloat16, "cuda", grad=False)
+        with torch.no_grad(), inductor_config.patch(max_autotune_gemm_backends="ATEN"):
+            (code,) = self.common(cat_linear, args, 0, "mm")
+        self.assertEqual(counters["inductor"]["cat_linear_no_template"], 1)
+        FileCheck().check_not("def triton_tem_").run(code)
+
+    @requires_cuda_and_triton
+    @settings(max_examples=12, deadline=None, derandomize=True, database=None)
+    @given(
+        widths=st.lists(
+            st.sampled_from([16, 64, 72, 128, 200]), min_size=2, max_size=4
+        ),
+        rows=st.sampled_from([2, 37, 256]),  # one row: Inductor decomposes the mm
+        n=st.sampled_from([8, 96, 130]),
+        dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+        strided=st.booleans(),
+        op=st.sampled_from(["linear", "addmm", "mm"]),
+        dynamic_rows=st.booleans(),
+    )
+    def test_cat_linear_cuda_generated(
+        self, widths, rows, n, dtype, strided, op, dynamic_rows
+    ):
+        # The in-place template forced on generated sites matches eager.
+        args = _generated_site_args(widths, rows, n, dtype, "cuda", strided, op)
+        if dynamic_rows:
+            for a in args[: len(widths)]:
+                torch._dynamo.mark_dynamic(a, 0)
+        with torch.no_grad():
+            self.common(_generated_site(len(widths), op), args, 1, "mm")
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_max_autotune(self):

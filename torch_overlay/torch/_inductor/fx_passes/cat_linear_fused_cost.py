@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 
 import torch
+
+
+log = logging.getLogger(__name__)
 
 
 # Sustained fractions of the peak GEMM rate and of the peak DRAM bandwidth.
@@ -58,9 +62,14 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
         return None
     if not torch.cuda.is_available() or torch.version.hip is not None:
         return None
-    with torch.cuda.device(device):
-        flops = get_device_tflops(dtype) * 1e12
-        dram = get_gpu_dram_gbps() * 1e9
+    try:
+        with torch.cuda.device(device):
+            flops = get_device_tflops(dtype) * 1e12
+            dram = get_gpu_dram_gbps() * 1e9
+    except Exception:
+        # as pad_mm: a failing lookup means no figures, never a failed compile
+        log.debug("no device figures for %s on %s", dtype, device, exc_info=True)
+        return None
     if not (flops >= 1e12 and dram > 0):
         # a figure off by orders of magnitude (e.g. a clock rate read in the
         # wrong unit) would screen out every site

@@ -39,6 +39,7 @@ from ..pattern_matcher import (
     CallFunction,
     KeywordArg,
     Match,
+    MULTIPLE,
     register_lowering_pattern,
 )
 from . import cat_linear_fused_cost as cost
@@ -132,10 +133,29 @@ def _parts(match: Match) -> list[torch.fx.Node] | None:
     return list(parts)
 
 
+def _cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
+    """The GEMM's input: the cat, or the view of it and the cat."""
+    lhs = gemm.args[1 if gemm.target is aten.addmm.default else 0]
+    assert isinstance(lhs, torch.fx.Node)
+    if lhs.target is aten.cat.default:
+        return [lhs]
+    cat = lhs.args[0]
+    assert isinstance(cat, torch.fx.Node)
+    return [lhs, cat]
+
+
 def can_fuse_cat_mm(match: Match) -> bool:
     """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
     3-D cat to 2-D) a site the lowering computes exactly?"""
     gemm = match.output_node()
+    if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
+        # the pattern does not see addmm's keywords; the template's epilogue
+        # adds the bias unscaled (and beta=0 must ignore a NaN bias)
+        return _decline("scaled", "addmm with beta or alpha other than 1", gemm)
+    if any(len(node.users) > 1 for node in _cat_chain(gemm)):
+        # another user needs the cat in memory, so reading the pieces in place
+        # saves nothing (a training forward: the backward saves the cat)
+        return _decline("cat_users", "the cat has other users", gemm)
     parts = _parts(match)
     if parts is None:
         return _decline("not_nodes", "a part is not a graph node", gemm)
@@ -202,31 +222,30 @@ def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
         # each piece's product would be rounded before the sum
         _decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
         return None
-    if form == "mm" and not cost.has_template(the_site.device, the_site.dtype):
-        _decline(
-            "no_template",
-            f"no in-place template for {the_site.dtype} on {the_site.device.type}",
+    if form is None:
+        ridge = cost.ridge_point(the_site.device, the_site.dtype)
+        graph_cost = None if ridge is None else step_cost(gemm.graph, ridge)
+        decision = cost.decide(the_site, graph_cost)
+        if decision.form is None:
+            _decline(decision.counter or "declined", decision.reason, gemm)
+            return None
+        form = decision.form
+        log.debug(
+            "cat_linear: %s %s -> %s as %s (%s)",
             gemm,
+            the_site.widths,
+            the_site.n,
+            form,
+            decision.reason,
         )
-        return None
-    if form is not None:
-        return form
-    ridge = cost.ridge_point(the_site.device, the_site.dtype)
-    graph_cost = None if ridge is None else step_cost(gemm.graph, ridge)
-    decision = cost.decide(the_site, graph_cost)
-    counters["inductor"][f"cat_linear_{decision.counter}"] += 1
-    if decision.form is None:
-        log.debug("skipping cat_linear: %s at %s", decision.reason, gemm)
-        return None
-    log.debug(
-        "cat_linear: %s %s -> %s as %s (%s)",
-        gemm,
-        the_site.widths,
-        the_site.n,
-        decision.form,
-        decision.reason,
-    )
-    return decision.form
+    if form == "mm":
+        from ..kernel.cat_linear import why_no_template
+
+        why = why_no_template(the_site.device, the_site.dtype, the_site.n)
+        if why is not None:
+            _decline("no_template", why, gemm)
+            return None
+    return form
 
 
 def _check(match: Match) -> bool:
@@ -241,27 +260,48 @@ def _check(match: Match) -> bool:
     return True
 
 
-def _lower(
-    match: Match,
+def _meaning(
     *,
-    parts: list[Any],
+    parts: list[torch.Tensor],
     dim: int,
-    mat2: Any,
-    form: str,
-    bias: Any = None,
+    mat2: torch.Tensor,
+    form: str | None = None,
+    bias: torch.Tensor | None = None,
     size: Any = None,
-) -> Any:
+) -> torch.Tensor:
+    """What a rewritten site computes, on tensors: the FakeTensorUpdater's
+    view of the lowering's node, when a later pass changes its inputs or a
+    parent graph re-runs the cond/while_loop body it sits in."""
+    lhs = torch.cat(parts, dim)
+    if size is not None:
+        lhs = lhs.view(size)
+    return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
+
+
+def _lower(match: Match, *, mat2: Any, form: str, **kwargs: Any) -> Any:
+    if isinstance(mat2, torch.Tensor):
+        return _meaning(mat2=mat2, form=form, **kwargs)
     from ..kernel.cat_linear import lower_cat_mm
 
-    return lower_cat_mm(form, parts, mat2, bias, None if size is None else size[0])
+    size = kwargs.get("size")
+    return lower_cat_mm(
+        form,
+        kwargs["parts"],
+        mat2,
+        kwargs.get("bias"),
+        None if size is None else size[0],
+    )
 
 
 def _patterns() -> list[Any]:
     cat = CallFunction(
-        aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=1
+        aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=MULTIPLE
     )
     viewed = CallFunction(
-        [aten.view.default, aten.reshape.default], cat, KeywordArg("size"), _users=1
+        [aten.view.default, aten.reshape.default],
+        cat,
+        KeywordArg("size"),
+        _users=MULTIPLE,
     )
     patterns = []
     for lhs in (cat, viewed):
@@ -281,3 +321,6 @@ def register_cat_linear_lowerings(pass_dict: Any) -> None:
         register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
             _lower
         )
+    # The handler's meaning on fake tensors (register_lowering_pattern's
+    # output_metadata_fn, where the FakeTensorUpdater asks for one).
+    _lower._inductor_lowering_output_metadata_fn = _meaning  # type: ignore[attr-defined]

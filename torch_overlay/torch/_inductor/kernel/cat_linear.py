@@ -1,7 +1,7 @@
 """
 ``mm(cat(parts, 1), mat2)`` (and ``addmm`` with a bias) without the cat.
 
-The post-grad ``cat_linear`` lowering pattern (``fx_passes/cat_linear_fused.py``)
+The post-grad ``cat_linear`` lowering pattern (``fx_passes/cat_linear_lowering.py``)
 hands a site here once it decided that reading the pieces in place pays, in
 the form it chose:
 
@@ -11,8 +11,10 @@ the form it chose:
   ``max_autotune`` the configs of Inductor's mm heuristic for the full
   ``M x K x N`` problem, next to the extern ``cat`` + ``mm`` on the
   materialized cat, through ``autotune_select_algorithm``.  Where no Triton
-  template applies (not a GPU, another dtype, the Triton backend off) the site
-  lowers to ``cat`` + ``mm``, i.e. stock.
+  template applies (not a GPU, another dtype, the Triton backend off, no config
+  that fits) the lowering pattern declines the site before it is taken
+  (``why_no_template``); should one still get here, it lowers to ``cat`` +
+  ``mm`` as one extern kernel.
 * ``"view"``: a chain of per-piece GEMMs on row slices of ``mat2``
   (``addmm(acc, part, mat2[k0:k1])``), for any device.
 
@@ -91,6 +93,20 @@ def can_use_template(layout: FixedLayout) -> bool:
     )
 
 
+def why_no_template(device: torch.device, dtype: torch.dtype, n: int) -> str | None:
+    """Why the in-place template cannot compute an ``M x n`` site here (None:
+    it can), asked before the site is taken: on a CPU, in another dtype, on a
+    GPU too small for Triton templates, with the Triton GEMM backend off, or
+    without the shared memory for any of the default configs."""
+    layout = FixedLayout(device, dtype, [1, n])
+    if not can_use_template(layout):
+        return f"no in-place template for {dtype} on {device} with these backends"
+    autotune = config.max_autotune or config.max_autotune_gemm
+    if not autotune and _default_config(n, dtype.itemsize) is None:
+        return "no default config fits the shared memory"
+    return None
+
+
 def _even_k(widths: list[Any], block_k: int) -> bool:
     sizevars = V.graph.sizevars
     return all(sizevars.statically_known_equals(w % block_k, 0) for w in widths)
@@ -102,7 +118,11 @@ def _fits(block_m: int, block_n: int, block_k: int, stages: int, itemsize: int) 
 
 
 def _default_config(n: Any, itemsize: int) -> dict[str, Any] | None:
-    narrow = V.graph.sizevars.statically_known_leq(n, 64)
+    narrow = (
+        isinstance(n, int)
+        and n <= 64
+        or (not isinstance(n, int) and V.graph.sizevars.statically_known_leq(n, 64))
+    )
     for block_m, block_n, block_k, warps in (
         _NARROW_CONFIGS if narrow else _DEFAULT_CONFIGS
     ):
@@ -173,28 +193,29 @@ def _template_choices(
     return choices
 
 
-def _stock(parts: list[Any], mat2: Any, bias: Any) -> Any:
-    cat = lowerings[aten.cat.default](parts, 1)
-    if bias is None:
-        return lowerings[aten.mm.default](cat, mat2)
-    return lowerings[aten.addmm.default](bias, cat, mat2)
+def _extern(parts: list[Any], mat2: Any, inp: Any, layout: FixedLayout) -> Any:
+    """``cat`` + ``mm`` as one extern kernel: what the site computes when no
+    template choice is left (the pattern decided before any was listed)."""
+    extern = aten_cat_mm if inp is None else aten_cat_addmm
+    nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
+    return extern.bind(nodes, layout).output_node()
 
 
 def tuned_cat_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts`` (``bias``
     broadcastable to the output, or None), reading the parts in place where a
-    template applies, else stock."""
+    template applies, else as ``cat`` + ``mm`` in one extern kernel."""
     m = parts[0].get_size()[0]
     n = mat2.get_size()[1]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
-    if not can_use_template(layout):
-        return _stock(parts, mat2, bias)
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
-    choices = _template_choices(parts, mat2, inp, layout)
+    choices = (
+        _template_choices(parts, mat2, inp, layout) if can_use_template(layout) else []
+    )
     if not choices:
-        return _stock(parts, mat2, bias)
+        return _extern(parts, mat2, inp, layout)
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
     # (node, choice) where autotune_select_algorithm returns the choice too
