@@ -367,9 +367,18 @@ class CatLinearFusedTest(TestCase):
             # a masked K tail: only max_autotune can tell
             tail = cost.decide(cuda_site((128, 351), 256))
             self.assertEqual((tail.form, tail.counter), (None, "k_tail"))
-            # a piece made by a pointwise op: stock (its cat write is fused)
-            made = cost.decide(cuda_site((256, 256), 160, produced=[True, False]))
-            self.assertEqual((made.form, made.counter), (None, "produced"))
+            # pieces made by pointwise ops: stock writes them straight into
+            # the cat, so they save only where the template reads them from
+            # the producer's sources (prologue fusion)
+            made = [True, True]
+            fused = cost.decide(
+                cuda_site((256, 256), 160, produced=made, prologue_fusion=True)
+            )
+            self.assertEqual(fused.form, "mm")
+            apart = cost.decide(
+                cuda_site((256, 256), 160, produced=made, prologue_fusion=False)
+            )
+            self.assertEqual((apart.form, apart.counter), (None, "screened"))
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 256, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))

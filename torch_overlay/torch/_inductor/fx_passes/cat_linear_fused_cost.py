@@ -94,6 +94,8 @@ class CatLinearSite:
     # Per part: written by a pointwise op that stock fuses into the cat.
     produced: tuple[bool, ...]
     max_autotune: bool = False
+    # Inductor may fuse a piece's pointwise producer into the template's loads
+    prologue_fusion: bool = False
 
     @property
     def k(self) -> int:
@@ -112,9 +114,17 @@ class CatLinearSite:
         return roofline(*self._gemm_flops_bytes(), ridge)
 
     def saved_bytes(self) -> float:
-        """The cat traffic a form saves: the pieces without a fused producer
-        (stock writes a pointwise producer's output straight into the cat)."""
-        saved = sum(w for w, p in zip(self.widths, self.produced) if not p)
+        """The cat traffic a form saves: a write and a read of each piece.
+        Stock writes a pointwise producer's output straight into the cat, so
+        such a piece saves as much only where the template reads it from
+        the producer's sources (a prologue fusion, ``prologue_fusion``); else
+        the producer writes a buffer of its own and the piece saves
+        nothing."""
+        saved = sum(
+            w
+            for w, p in zip(self.widths, self.produced)
+            if not p or self.prologue_fusion
+        )
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:
@@ -148,15 +158,6 @@ def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
     if ridge is None:
         return Decision(
             None, f"no roofline figures for {site.dtype} on this device", "no_figures"
-        )
-    if any(site.produced):
-        # stock writes the producer's output straight into the cat; the
-        # template reads it from a buffer of its own, which the roofline sees
-        # as even but which ran slower than stock
-        return Decision(
-            None,
-            "a piece is made by a pointwise op stock fuses into the cat",
-            "produced",
         )
     bound = site.speedup_bound(ridge)
     if bound < MARGIN:
