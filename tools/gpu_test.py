@@ -33,6 +33,7 @@ What it does, in order (``--dry-run``: the same checks, then prints the plan and
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -84,6 +85,7 @@ class Suite:
     note: str = ""  # shown under the table, e.g. which hunks applied with reduced context
     gpus: int = 1
     xdist: bool = True
+    parts: tuple[str, ...] = ()  # one pytest run over several files: one row per file (a stem of each)
 
 
 @dataclasses.dataclass
@@ -94,6 +96,7 @@ class Result:
     skips: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     failures: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    per_case: dict[str, tuple[str, float, str]] = dataclasses.field(default_factory=dict)  # id -> (kind, s, detail)
 
 
 def probe(python: str, env: dict[str, str]) -> dict:
@@ -235,9 +238,36 @@ def upstream_suites(base: str, upstream: Path | None, scratch: Path, pytest_cmd:
 
 
 def inductor_suites(base: str, pytest_cmd: list[str]) -> list[Suite]:
+    """Every test/inductor file the base ships, in one pytest run (xdist balances all their tests over its
+    workers), reported one row per file."""
     not_here = set(tests_not_on(base))
-    files = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "test" / "inductor").glob("test_*.py"))
-    return [Suite(f"inductor {Path(f).stem}", cmd=[*pytest_cmd, f]) for f in files if f not in not_here]
+    files = [f for f in sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "test" / "inductor").glob("test_*.py"))
+             if f not in not_here]
+    return [Suite("inductor", cmd=[*pytest_cmd, *files], parts=tuple(Path(f).stem for f in files))]
+
+
+def split_rows(res: Result) -> list[Result]:
+    """One Result per file of a suite that ran several (``Suite.parts``), from the junit test ids."""
+    rows = {stem: Result(Suite(f"{res.suite.name} {stem}", cmd=res.suite.cmd), res.status if res.status != "FAILED" else "passed")
+            for stem in res.suite.parts}
+    first = rows[res.suite.parts[0]]
+    for case_id, (kind, seconds, detail) in res.per_case.items():
+        row = next((r for stem, r in rows.items() if f".{stem}." in f".{case_id}." or f"/{stem}.py" in case_id), first)
+        row.counts[kind] = row.counts.get(kind, 0) + 1
+        row.seconds += seconds
+        if kind == "skipped":
+            row.skips[detail] += 1
+        elif kind in ("failed", "error"):
+            row.failures.append(f"{case_id}: {detail}")
+            row.status = "FAILED"
+    if res.status == "FAILED" and not any(r.status == "FAILED" for r in rows.values()):
+        first.status = "FAILED"
+        first.failures += res.failures or ["(the run failed; see its log)"]
+    for r in rows.values():
+        if res.status == "FAILED" and any("timed out" in f for f in res.failures):
+            r.status = "FAILED"
+            r.failures.append(next(f for f in res.failures if "timed out" in f))
+    return list(rows.values())
 
 
 def parse_junit(path: Path, res: Result) -> None:
@@ -245,25 +275,31 @@ def parse_junit(path: Path, res: Result) -> None:
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}.{case.get('name', '')}".strip(".")
         kinds = {child.tag for child in case}
+        seconds = float(case.get("time") or 0)
         if "failure" in kinds or "error" in kinds:
             key = "failed" if "failure" in kinds else "error"
-            res.counts[key] = res.counts.get(key, 0) + 1
             el = case.find("failure") if "failure" in kinds else case.find("error")
             msg = (el.get("message") or "").strip().splitlines() if el is not None else []
-            res.failures.append(f"{name}: {msg[0][:200] if msg else key}")
+            detail = msg[0][:200] if msg else key
+            res.failures.append(f"{name}: {detail}")
         elif "skipped" in kinds:
-            res.counts["skipped"] = res.counts.get("skipped", 0) + 1
+            key = "skipped"
             el = case.find("skipped")
-            reason = (el.get("message") or "").strip() if el is not None else ""
-            res.skips[reason.split("\n")[0][:160] or "(no reason)"] += 1
+            detail = ((el.get("message") or "").strip() if el is not None else "").split("\n")[0][:160] or "(no reason)"
+            res.skips[detail] += 1
         else:
-            res.counts["passed"] = res.counts.get("passed", 0) + 1
+            key, detail = "passed", ""
+        res.counts[key] = res.counts.get(key, 0) + 1
+        res.per_case[name] = (key, seconds, detail)
 
 
 def run_suite(s: Suite, env: dict[str, str], out: Path, timeout: float, workers: int, slug: str) -> Result:
     junit = out / f"{slug}.xml"
     logf = out / f"{slug}.log"
-    cmd = [*s.cmd, f"--junitxml={junit}"] + (["-n", str(workers)] if s.xdist and workers > 1 else [])
+    parallel = s.xdist and workers > 1
+    cmd = [*s.cmd, f"--junitxml={junit}"] + (["-n", str(workers)] if parallel else [])
+    if parallel:  # each worker compiles in-process on its share of the cores (not a pool of cpu_count each)
+        env = {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
     res = Result(s, "passed")
     t = time.monotonic()
     with open(logf, "w") as fh:
@@ -364,33 +400,41 @@ def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_r
     suites = sorted(ups, key=lambda s: -s.gpus) + inductor_suites(base, pytest_cmd)
     if upstream is None:
         log("no --upstream-tests DIR: upstream's test files are not in this repo, so their suites are left out")
+    plan: list[Suite] = []
     results: list[Result] = []
-    for i, s in enumerate(suites, 1):
+    for s in suites:
         if not s.skip and not info["cuda"]:
             s.skip = "no CUDA device"
         elif not s.skip and s.gpus > info["gpus"]:
             s.skip = f"needs {s.gpus} GPUs ({info['gpus']} here)"
         how = f"-n {workers}" if use_xdist and s.xdist else "one process"
-        if s.skip:
-            results.append(Result(s, "NOT-APPLIED" if s.skip.startswith("NOT-APPLIED") else "SKIPPED"))
-            if dry_run and s.cmd:
-                log(f"would run on a machine with {s.gpus} GPU(s) ({how}): cd {s.cwd} && {' '.join(s.cmd)}")
-            continue
-        if dry_run:
-            log(f"would run ({how}): cd {s.cwd} && {' '.join(s.cmd)}")
+        if s.cmd and (dry_run or s.skip):
+            log(f"would run{'' if not s.skip else f' on a machine with {s.gpus} GPU(s)'} ({how}): cd {s.cwd} && {' '.join(s.cmd)}")
+        if dry_run and not s.skip:
             s.skip = "--dry-run"
-            results.append(Result(s, "SKIPPED"))
-            continue
+        if s.skip:
+            for part in s.parts or (None,):
+                row = s if part is None else Suite(f"{s.name} {part}", cmd=s.cmd, skip=s.skip)
+                results.append(Result(row, "NOT-APPLIED" if s.skip.startswith("NOT-APPLIED") else "SKIPPED"))
+        else:
+            plan.append(s)
+
+    def run(i: int, s: Suite) -> list[Result]:
         left = budget - (time.monotonic() - t0)
         if left < 10:
-            s.skip = f"the --budget of {budget}s is spent"
-            results.append(Result(s, "FAILED"))
-            continue
+            s.skip = f"the --budget of {budget}s was spent before it started"
+            return [Result(s, "FAILED")]
         slug = f"{i:02d}-" + "".join(ch if ch.isalnum() else "_" for ch in s.name)[:80]
-        log(f"[{i}/{len(suites)}] {s.name} (up to {min(timeout, left):.0f}s)")
+        log(f"[{i}/{len(plan)}] start {s.name} (up to {min(timeout, left):.0f}s)")
         r = run_suite(s, env, logdir, min(timeout, left), workers if use_xdist else 1, slug)
-        log(f"[{i}/{len(suites)}] {s.name}: {r.status} {dict(r.counts)} in {r.seconds:.0f}s")
-        results.append(r)
+        log(f"[{i}/{len(plan)}] {s.name}: {r.status} {dict(r.counts)} in {r.seconds:.0f}s")
+        return split_rows(r) if s.parts else [r]
+
+    # The multi-process suites (their own GPUs' worth of processes, little CPU) run beside the others.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        side = [pool.submit(run, i, s) for i, s in enumerate(plan, 1) if not s.xdist]
+        main = [run(i, s) for i, s in enumerate(plan, 1) if s.xdist]
+        results += [r for f in side for r in f.result()] + [r for rs in main for r in rs]
     if out is None and not dry_run:
         shutil.rmtree(work, ignore_errors=True)
     return _finish(results, header, out, 1 if any(r.status == "FAILED" for r in results) else 0)

@@ -155,8 +155,10 @@ def _fake_machine(monkeypatch, tmp_path, gpus: int, torch_version: str = "2.11.0
         def test_fails():
             assert os.environ.get("GT_FAIL") != "1", "asked to fail"
     """))
+    (suite_dir / "test_fake2.py").write_text("def test_two():\n    pass\n")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    monkeypatch.setattr(gt, "inductor_suites", lambda base, c: [gt.Suite("inductor fake", cmd=[*cmd, "test_fake.py"], cwd=suite_dir)])
+    monkeypatch.setattr(gt, "inductor_suites", lambda base, c: [
+        gt.Suite("inductor", cmd=[*cmd, "test_fake.py", "test_fake2.py"], cwd=suite_dir, parts=("test_fake", "test_fake2"))])
     monkeypatch.setattr(gt, "upstream_suites", lambda base, up, scratch, c, log: [
         gt.Suite("upstream fake::TwoGPU", cmd=[*cmd, "test_fake.py"], cwd=suite_dir, gpus=2, xdist=False),
         gt.Suite("upstream fake hunk #3 (X)", skip="NOT-APPLIED: -1,2 +1,2 of d: not there")])
@@ -171,13 +173,15 @@ def test_run_on_one_gpu_table_and_exit_status(monkeypatch, tmp_path, capsys):
     rc = gt.gpu_test(None, tmp_path, out, dry_run=False, workers=4, timeout=120, budget=300)
     table = (out / "gpu-test-summary.txt").read_text()
     assert rc == 1 and installed == [{"replace": False, "dry_run": False}]
-    row = next(line for line in table.splitlines() if line.startswith("inductor fake"))
+    row = next(line for line in table.splitlines() if line.startswith("inductor test_fake "))
     assert row.split()[2:7] == ["FAILED", "1", "1", "1", "0"], row
-    assert "inductor fake: 1 skipped: needs a thing" in table
-    assert "inductor fake: FAILED test_fake.test_fails: AssertionError: asked to fail" in table
+    row = next(line for line in table.splitlines() if line.startswith("inductor test_fake2 "))
+    assert row.split()[2:7] == ["passed", "1", "0", "0", "0"], row
+    assert "inductor test_fake: 1 skipped: needs a thing" in table
+    assert "inductor test_fake: FAILED test_fake.test_fails: AssertionError: asked to fail" in table
     assert "upstream fake::TwoGPU: SKIPPED: needs 2 GPUs (1 here)" in table
     assert "upstream fake hunk #3 (X): NOT-APPLIED: -1,2" in table
-    assert list(out.glob("*inductor_fake.xml")) and list(out.glob("*inductor_fake.log"))
+    assert list(out.glob("*inductor.xml")) and list(out.glob("*inductor.log"))
 
 
 def test_run_on_two_gpus_passes(monkeypatch, tmp_path):
@@ -194,7 +198,7 @@ def test_no_cuda_device_skips_everything_and_installs_nothing(monkeypatch, tmp_p
     installed = _fake_machine(monkeypatch, tmp_path, gpus=0)
     assert gt.gpu_test(None, None, None, dry_run=False, workers=4, timeout=120, budget=300) == 0
     out = capsys.readouterr().out
-    assert not installed and "inductor fake: SKIPPED: no CUDA device" in out and "0 failed" in out
+    assert not installed and "inductor test_fake2: SKIPPED: no CUDA device" in out and "0 failed" in out
 
 
 def test_dry_run_plans_and_runs_nothing(monkeypatch, tmp_path, capsys):
