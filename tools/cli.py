@@ -23,13 +23,14 @@ SUBCOMMAND_MODULES = [
     "tools.export_pr",  # export-pr
     "tools.demo",  # demo: show each landed pass firing
     "tools.port_cli",  # port: carry the hooks to a new torch release
+    "tools.gpu_test",  # gpu-test: every GPU test on a GPU machine
 ]
 
 
 DESCRIPTION = """\
 The inductor patch set's one CLI: make and check the patch series (bases, generate, check), put it onto a
 PyTorch checkout (apply), onto this environment's torch (install, uninstall, status) or into a torch wheel
-(wheel), export upstream PRs (export-pr) and run the feature demos (demo).
+(wheel), export upstream PRs (export-pr), run the feature demos (demo) and, on a GPU machine, every GPU test (gpu-test).
 `python -m tools <subcommand> --help` describes each one. Errors say `error: <file>: <reason>` and exit with 2.
 `python -m tools` works in the repo root, and from any directory with the python of a venv that
 `bash scripts/dev.sh setup` (`python -m tools venv`) made (.venv/bin/python -m tools ...); with another python,
