@@ -55,33 +55,43 @@ def require_base_tree(base: str, cache_dir: Path | None = None) -> Path:
     return tree
 
 
-def find_wheel(base: str, wdir: Path) -> Path | None:
-    """A cached wheel of exactly this version (``torch-2.13.0-...`` or ``torch-2.13.0+cpu-...``)."""
-    found = sorted(p for p in wdir.glob(f"torch-{base}[-+]*.whl") if p.is_file())
+def find_wheel(base: str, wdir: Path, project: str = "torch") -> Path | None:
+    """A cached wheel of exactly this version (``torch-2.13.0-...`` or ``torch-2.13.0+cpu-...``; ``project``'s
+    likewise)."""
+    name = re.sub(r"[-_.]+", "_", project)
+    found = sorted(p for p in wdir.glob(f"{name}-{base}[-+]*.whl") if p.is_file())
     return found[0] if found else None
 
 
+def download_wheel(project: str, version: str, wdir: Path) -> Path:
+    """``pip download --no-deps --only-binary=:all: <project>==<version>`` into ``wdir``: the one place the tools
+    download a wheel. A site-wide pip constraint that excludes the release is overridden for that one download, and
+    said so (``tools.pipcap``)."""
+    wdir.mkdir(parents=True, exist_ok=True)
+    pin = f"{project}=={version}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", pin, "-d", str(wdir)]
+    with pipcap.pin_env(sys.executable, "download", project, version) as (env, caps):
+        if caps:
+            progress(pipcap.describe(caps, pin))
+        # pip's own progress bar goes to the terminal; our stdout stays clean for machine-readable output.
+        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env)
+    if proc.returncode != 0:
+        raise PatchsetError(pin, f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see pip's output above)")
+    wheel = find_wheel(version, wdir, project)
+    if not wheel:
+        raise PatchsetError(wdir, f"pip reported success but no {project}-{version} wheel is there")
+    return wheel
+
+
 def fetch_wheel(base: str, wdir: Path) -> Path:
-    """The cached wheel of ``base``, else ``pip download --no-deps torch==<base>`` into ``wdir``. A site-wide pip
-    constraint that excludes the release is overridden for that one download, and said so (``tools.pipcap``)."""
+    """The cached wheel of ``base``, else ``pip download --no-deps torch==<base>`` into ``wdir``
+    (``download_wheel``)."""
     wheel = find_wheel(base, wdir)
     if wheel:
         progress(f"v{base}: wheel {wheel.name} (cached)")
         return wheel
-    wdir.mkdir(parents=True, exist_ok=True)
     progress(f"v{base}: downloading torch=={base} into {wdir} (pip download; CUDA builds are ~530 MB)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"torch=={base}", "-d", str(wdir)]
-    with pipcap.torch_pin_env(sys.executable, "download", base) as (env, caps):
-        if caps:
-            progress(pipcap.describe(caps, f"torch=={base}"))
-        # pip's own progress bar goes to the terminal; our stdout stays clean for machine-readable output.
-        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env)
-    if proc.returncode != 0:
-        raise PatchsetError(f"torch=={base}", f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see pip's output above)")
-    wheel = find_wheel(base, wdir)
-    if not wheel:
-        raise PatchsetError(wdir, f"pip reported success but no torch-{base} wheel is there")
-    return wheel
+    return download_wheel("torch", base, wdir)
 
 
 def released_versions(python: str = sys.executable) -> list[str] | None:

@@ -67,7 +67,7 @@ class UpstreamMeta:
 @dataclasses.dataclass(frozen=True)
 class FirstPR:
     """``[patch.upstream.first-pr]``: a patch proposed as two PRs. The first is ``diff`` (a diff against the files
-    of ``package`` at ``version``, as installed; upstream lines only as context, new files whole), with its own
+    of ``package`` at ``version``, as released; upstream lines only as context, new files whole), with its own
     title, summary, test plan and measured text; the patch's own PR depends on it (``tools.export_pr_split``)."""
 
     name: str
@@ -75,7 +75,7 @@ class FirstPR:
     summary: str
     test_plan: tuple[str, ...]
     diff: str  # path in this repo
-    package: str  # the distribution whose installed files ``diff`` changes, e.g. "torchao"
+    package: str  # the distribution whose released files ``diff`` changes, e.g. "torchao"
     version: str  # the version of it that ``diff`` is made against
     measured: str
 

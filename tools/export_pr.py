@@ -24,6 +24,14 @@ release older than the base, or fork-internal wording in PR.md, the commit messa
 upstream test hunks included) or a file exported to another repository is an error naming the file and line
 (``tools.prmd``).
 
+What it needs from outside this checkout is checked before anything is written: the base's pristine tree
+(``CACHE_DIR/bases/v<base>/``) and, for a patch with a ``[patch.upstream.first-pr]``, the files of that package's
+release (``tools.export_pr_split.release_files``: installed here at that version, or its wheel in the cache). On a
+fresh machine export-pr fetches what is missing itself, one progress line each: the pristine tree as ``python -m
+tools bases --base <base>`` builds it, the package's wheel with ``pip download --no-deps`` into the cache (nothing is
+installed). Where a fetch fails (no network), or with ``--no-fetch``, one error names everything missing, each with
+the command that fetches it, and nothing is written (exit status 2).
+
 ``<out>`` defaults to ``build/export-pr/v<base>/`` and is replaced as a whole on the next export (only if an
 earlier export made it). The author defaults to this checkout's ``git config user.name``/``user.email``.
 """
@@ -163,6 +171,46 @@ def _with_test_hunks(patch: bytes, diff: Path) -> bytes:
     return patch + hunks.rstrip(b"\n") + b"\n"
 
 
+def _inputs(base: str, selected: list[PatchMeta], cache_dir: Path | None, fetch: bool
+            ) -> tuple[Path, dict[str, export_pr_split.ReleaseFiles]]:
+    """What export needs from outside this checkout: the base's pristine tree and, per patch with a first PR, its
+    package's release files. Each one missing is fetched when ``fetch`` (one progress line each); whatever is still
+    missing then is named, all of it in one error, each with the command that fetches it."""
+    missing: list[str] = []
+    tree = None
+    try:
+        tree = bases_mod.require_base_tree(base, cache_dir)
+    except PatchsetError:
+        why = f"no {bases_mod.base_tree(base, cache_dir)}"
+        if fetch:
+            progress(f"export-pr: no pristine tree for torch {base} yet; building it as `python -m tools bases "
+                     f"--base {base}` does")
+            try:
+                tree = bases_mod.ensure_base(base, cache_dir)
+            except PatchsetError as e:
+                why = str(e)
+        if tree is None:
+            missing.append(f"the pristine tree of torch {base} ({why}): python -m tools bases --base {base}")
+    releases = {}
+    for p in selected:
+        fp = p.upstream.first_pr if p.upstream else None
+        if fp is None:
+            continue
+        try:
+            releases[p.name] = export_pr_split.release_files(fp, cache_dir, fetch)
+        except PatchsetError as e:
+            missing.append(f"{fp.package} {fp.version}'s files, for the first PR of {p.name} ({e.reason}): "
+                           f"{export_pr_split.download_command(fp.package, fp.version, cache_dir)} (or install "
+                           f"{fp.package}=={fp.version} into this Python)")
+    if missing:
+        then = ("run export-pr again once the network is back, or each command below" if fetch else
+                "run each command below, or export-pr without --no-fetch")
+        raise PatchsetError("export-pr", f"{len(missing)} thing(s) it needs are missing, so nothing was written; "
+                            f"{then}:\n  - " + "\n  - ".join(missing))
+    assert tree is not None
+    return tree, releases
+
+
 def export_prs(
     sources: Sources,
     base: str | None = None,
@@ -172,7 +220,9 @@ def export_prs(
     patches_dir: Path | None = None,
     author: tuple[str, str] | None = None,
     upstream_checkout: Path | None = None,
+    fetch: bool = True,
 ) -> Path:
+    """``fetch``: fetch a missing pristine base or package release (``_inputs``); else name what is missing."""
     ps = sources.load()
     base = select_bases(ps, [base])[0] if base else max(ps.bases, key=version_key)
     series = ps.series(base)
@@ -200,7 +250,10 @@ def export_prs(
             raise PatchsetError(readme, f"no heading {p.upstream.headline!r} ([patch.upstream] headline of {p.name})")
     if upstream_checkout is not None and not upstream_checkout.is_dir():
         raise PatchsetError(f"--upstream-checkout {upstream_checkout}", "not a directory")
-    tree = bases_mod.require_base_tree(base, cache_dir)
+    out = (out or sources.root / "build" / "export-pr" / f"v{base}").resolve()
+    if out.exists() and not (out / MARKER).exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PatchsetError(out, "exists and was not made by export-pr; choose another --out or remove it")
+    tree, releases = _inputs(base, selected, cache_dir, fetch)
     if author is None:
         author = default_author(sources.root)
         if placeholder_author(author):
@@ -208,9 +261,6 @@ def export_prs(
                      "address that upstream's CLA check rejects; pass --author 'Your Name <you@your.domain>'")
     fork = ForkPaths.of(sources.root)
     older = older_releases_re(ps.bases, base)
-    out = (out or sources.root / "build" / "export-pr" / f"v{base}").resolve()
-    if out.exists() and not (out / MARKER).exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PatchsetError(out, "exists and was not made by export-pr; choose another --out or remove it")
     findings: list[str] = []
     with fsutil.replacing_dir(out) as tmp:
         repo = tmp / "repo"
@@ -272,7 +322,8 @@ def export_prs(
             deps = [by_name[n] for n in up.depends_on if n in by_name]
             first = export_pr_split.first_pr_meta(p)  # [patch.upstream.first-pr]: this PR depends on that one
             if first is not None:
-                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older)[1]
+                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older,
+                                                           releases[p.name])[1]
             text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")],
                                [first, *deps] if first else deps, files)
             (d / "PR.md").write_text(text)
@@ -351,7 +402,7 @@ def _cmd_export_pr(args) -> int:
     author = parse_author(args.author) if args.author else None
     checkout = Path(args.upstream_checkout) if args.upstream_checkout else None
     out = export_prs(sources, args.base, Path(args.out) if args.out else None, args.patch, author=author,
-                     upstream_checkout=checkout)
+                     upstream_checkout=checkout, fetch=not args.no_fetch)
     print(out)
     print(f"each PR: git am --keep {out}/<patch-name>/<patch-name>.patch onto a PyTorch checkout; "
           f"branches are in {out / 'repo'}: git -C {out / 'repo'} push <your-fork> <patch-name>")
@@ -367,4 +418,7 @@ def register(subparsers) -> None:
     p.add_argument("--upstream-checkout", metavar="DIR",
                    help="a PyTorch source checkout: the upstream test files the patches change are taken from it, so "
                         "that a patch with upstream test hunks gets a branch too (its .patch carries them either way)")
+    p.add_argument("--no-fetch", action="store_true",
+                   help="download nothing: where the pristine base or a first PR's package release is missing, name "
+                        "each with the command that fetches it and stop (default: fetch them into the cache)")
     add_repo_root_arg(p)

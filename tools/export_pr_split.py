@@ -1,12 +1,15 @@
 """``export-pr`` for a patch proposed as two PRs, and the files of a PR to another repository.
 
 A patch whose ``[patch.upstream]`` has a ``[patch.upstream.first-pr]`` table is proposed as two PRs: first a small
-one that stands alone, a diff (``diff``) against the files of an installed package (``package`` at ``version``,
+one that stands alone, a diff (``diff``) against the files of a package's release (``package`` at ``version``,
 e.g. torchao's module as released; upstream lines only as context, new files whole), then the patch's own PR,
-which says it depends on the first. ``export_first_pr`` writes the first one to ``<out>/<first-pr name>/``:
+which says it depends on the first. Only the release's files are needed, not an install of it: ``release_files``
+takes them from the running Python's install of exactly that version, else from its wheel in the cache
+(``CACHE_DIR/wheels/``), which it downloads there when asked to (``pip download --no-deps``, as ``tools bases`` does
+torch's). ``export_first_pr`` writes the first one to ``<out>/<first-pr name>/``:
 
     <name>.patch   the stored diff
-    files/         the files it changes or adds, with the diff applied to the installed package's files
+    files/         the files it changes or adds, with the diff applied to the release's files
     PR.md          title, summary, test plan and the ``measured`` text
 
 ``finish_files`` gives every file of a PR to another repository the ``[patch.upstream] header`` (that
@@ -18,10 +21,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import shutil
-from pathlib import Path
+import sys
+import zipfile
+from pathlib import Path, PurePosixPath
 
+from tools import bases as bases_mod
 from tools import gitutil
-from tools.common import PatchMeta, PatchsetError, UpstreamMeta, progress
+from tools.common import FirstPR, PatchMeta, PatchsetError, UpstreamMeta, progress
 from tools.patchfile import parse_patch
 from tools.prmd import ForkPaths, added_lines, numbered, pasteability_findings, pr_markdown
 
@@ -50,35 +56,82 @@ def finish_files(root: Path, p: PatchMeta) -> None:
         f.write_text(text)
 
 
-def export_first_pr(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], fork: ForkPaths,
-                    older) -> tuple[str, list[str]]:
-    """Write the first PR of ``p`` under ``out``; its directory name and the lines a reviewer would not accept."""
-    first = first_pr_meta(p)
-    assert first is not None and p.upstream is not None and p.upstream.first_pr is not None
-    fp = p.upstream.first_pr
-    where = f"[patch.upstream.first-pr] of {p.name}"
-    diff = root / fp.diff
-    if not diff.is_file():
-        raise PatchsetError(diff, f"missing ({where})")
+@dataclasses.dataclass(frozen=True)
+class ReleaseFiles:
+    """The files of ``package`` at ``version``: an installed distribution's (``dist``) or a wheel's (``wheel``)."""
+
+    package: str
+    version: str
+    dist: importlib.metadata.Distribution | None = None
+    wheel: Path | None = None
+
+    def read(self, path: str) -> bytes | None:
+        """The bytes of ``path`` (relative to site-packages, e.g. ``torchao/x.py``), None when the release lacks it."""
+        if self.dist is not None:
+            f = Path(str(self.dist.locate_file(path)))
+            return f.read_bytes() if f.is_file() else None
+        assert self.wheel is not None
+        with zipfile.ZipFile(self.wheel) as zf:
+            try:
+                return zf.read(PurePosixPath(path).as_posix())
+            except KeyError:
+                return None
+
+    def describe(self) -> str:
+        return f"the installed {self.package} {self.version}" if self.wheel is None else self.wheel.name
+
+
+def download_command(package: str, version: str, cache_dir: Path | None = None) -> str:
+    """The command that puts the release's wheel where ``release_files`` finds it."""
+    return (f"{Path(sys.executable).name} -m pip download --no-deps --only-binary=:all: {package}=={version} "
+            f"-d {bases_mod.wheels_dir(cache_dir)}")
+
+
+def release_files(fp: FirstPR, cache_dir: Path | None = None, fetch: bool = False) -> ReleaseFiles:
+    """The files the first PR's diff is made against: the running Python's install of ``fp.package`` when it is
+    exactly ``fp.version``, else that release's wheel in the cache, else (``fetch``) the wheel downloaded there
+    (``bases.download_wheel``). A PatchsetError naming the command that fetches it when there is none."""
     try:
         dist = importlib.metadata.distribution(fp.package)
     except importlib.metadata.PackageNotFoundError:
-        raise PatchsetError(where, f"{fp.package} is not installed in this environment: the first PR is made from "
-                                   f"its installed files (pip install {fp.package}=={fp.version})") from None
-    if dist.version != fp.version:
-        raise PatchsetError(where, f"{fp.package} {dist.version} is installed, but {diff.name} is made against "
-                                   f"{fp.version} (pip install {fp.package}=={fp.version})")
+        dist = None
+    if dist is not None and dist.version == fp.version:
+        return ReleaseFiles(fp.package, fp.version, dist=dist)
+    wdir = bases_mod.wheels_dir(cache_dir)
+    wheel = bases_mod.find_wheel(fp.version, wdir, fp.package)
+    if wheel is None and fetch:
+        progress(f"export-pr: downloading {fp.package}=={fp.version} into {wdir} (pip download --no-deps; its files "
+                 f"are what {fp.diff} is made against, nothing is installed)")
+        wheel = bases_mod.download_wheel(fp.package, fp.version, wdir)
+    if wheel is None:
+        here = f"{dist.version} is installed here" if dist is not None else "is not installed here"
+        raise PatchsetError(f"{fp.package} {fp.version}", f"{fp.package} {here} and no {fp.package}-{fp.version} wheel "
+                                                          f"is in {wdir}")
+    return ReleaseFiles(fp.package, fp.version, wheel=wheel)
+
+
+def export_first_pr(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], fork: ForkPaths,
+                    older, release: ReleaseFiles | None = None) -> tuple[str, list[str]]:
+    """Write the first PR of ``p`` under ``out``; its directory name and the lines a reviewer would not accept.
+    ``release``: the files the diff is made against (default: ``release_files`` without fetching)."""
+    first = first_pr_meta(p)
+    assert first is not None and p.upstream is not None and p.upstream.first_pr is not None
+    fp = p.upstream.first_pr
+    diff = root / fp.diff
+    if not diff.is_file():
+        raise PatchsetError(diff, f"missing ([patch.upstream.first-pr] of {p.name})")
+    release = release or release_files(fp)
     d = out / fp.name
     files = d / "files"
     files.mkdir(parents=True)
     for fd in parse_patch(diff).files:
         if fd.kind == "add":
             continue
-        src = Path(str(dist.locate_file(fd.path)))
-        if not src.is_file():
-            raise PatchsetError(diff, f"{fd.path}: not a file of the installed {fp.package} {fp.version}")
+        data = release.read(fd.path)
+        if data is None:
+            raise PatchsetError(diff, f"{fd.path}: not a file of {fp.package} {fp.version} ({release.describe()})")
         (files / fd.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, files / fd.path)
+        (files / fd.path).write_bytes(data)
     env = gitutil.isolated_env()
     gitutil.git("init", "-q", ".", cwd=files, env=env)
     r = gitutil.git("apply", "--whitespace=nowarn", diff.resolve(), cwd=files, env=env, check=False)

@@ -1,4 +1,5 @@
-"""pip under a site-wide constraint file: fetch or install one pinned torch release whatever a cap says.
+"""pip under a site-wide constraint file: fetch or install one pinned release (torch's, or another project's:
+``pin_env``) whatever a cap says.
 
 Company machines often cap packages for every pip run with a constraint file named in pip's configuration
 (``global.constraint`` in ``/etc/pip.conf`` or ``/etc/xdg/pip/pip.conf``, an ``install``/``download`` section, or
@@ -13,11 +14,11 @@ What pip itself offers, checked with pip 23.2 (``pip install --dry-run --no-deps
 * ``PIP_CONSTRAINT=FILE`` (or ``/dev/null``) *replaces* the configured value: the pin installs;
 * ``--isolated`` / ``PIP_CONFIG_FILE=/dev/null`` drop every setting (index, find-links, certificates) too.
 
-So ``torch_pin_env`` reads the effective setting with ``pip config list`` (the interpreter's own pip, so every
-config file and ``PIP_*`` variable counts as pip counts it), copies each constraint file without the torch lines
-that exclude the pinned release (nested ``-c``/``-r`` files likewise; a URL is passed on as it is), and points
-``PIP_CONSTRAINT`` at the copies for that one pip run: every other constraint still applies, and the caller says
-in one line which cap it overrode and where it came from (``describe``).
+So ``pin_env`` (``torch_pin_env`` for torch) reads the effective setting with ``pip config list`` (the interpreter's
+own pip, so every config file and ``PIP_*`` variable counts as pip counts it), copies each constraint file without the
+pinned project's lines that exclude the pinned release (nested ``-c``/``-r`` files likewise; a URL is passed on as it
+is), and points ``PIP_CONSTRAINT`` at the copies for that one pip run: every other constraint still applies, and the
+caller says in one line which cap it overrode and where it came from (``describe``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _requirement_cls():
 
 
 def excludes(line: str, version: str) -> bool:
-    """Does constraint ``line`` (a torch requirement) rule out ``version``? Unparsable: assume it does."""
+    """Does constraint ``line`` (a requirement on the pinned project) rule out ``version``? Unparsable: assume it does."""
     cls = _requirement_cls()
     if cls is None:
         return True
@@ -127,9 +128,9 @@ def _strip_comment(line: str) -> str:
 
 
 def _filter_file(src: str, base_dir: Path, version: str, setting: str, out_dir: Path, caps: list[Cap],
-                 depth: int = 0) -> str:
-    """A copy of constraint file ``src`` without the torch lines that exclude ``version`` (recursively for nested
-    files); the original name when it is a URL or cannot be read (pip then reads it itself)."""
+                 depth: int = 0, project: str = PROJECT) -> str:
+    """A copy of constraint file ``src`` without the ``project`` lines that exclude ``version`` (recursively for
+    nested files); the original name when it is a URL or cannot be read (pip then reads it itself)."""
     if re.match(r"^[a-z][a-z0-9+.-]*://", src, re.I) and not src.lower().startswith("file://"):
         return src
     path = Path(src[len("file://"):] if src.lower().startswith("file://") else src)
@@ -146,11 +147,11 @@ def _filter_file(src: str, base_dir: Path, version: str, setting: str, out_dir: 
         bare = _strip_comment(line)
         nested = _NESTED_RE.match(bare)
         if nested:
-            copy = _filter_file(nested.group(2), path.parent, version, setting, out_dir, caps, depth + 1)
+            copy = _filter_file(nested.group(2), path.parent, version, setting, out_dir, caps, depth + 1, project)
             kept.append(f"{nested.group(1)} {copy}")
             continue
         m = _NAME_RE.match(bare)
-        if m and not bare.startswith("-") and _normalize(m.group(1)) == PROJECT and excludes(bare, version):
+        if m and not bare.startswith("-") and _normalize(m.group(1)) == _normalize(project) and excludes(bare, version):
             caps.append(Cap(bare, str(path), setting))
             continue
         kept.append(line)
@@ -161,11 +162,11 @@ def _filter_file(src: str, base_dir: Path, version: str, setting: str, out_dir: 
 
 
 @contextlib.contextmanager
-def torch_pin_env(python: str, command: str, version: str, env: dict[str, str] | None = None
-                  ) -> Iterator[tuple[dict[str, str], list[Cap]]]:
-    """``with torch_pin_env(python, "install", "2.15.0") as (env, caps):`` run ``python -m pip install ...`` with
-    ``env``. Where a configured constraint file excludes ``torch==version``, ``env`` points ``PIP_CONSTRAINT`` at
-    copies without those lines, and ``caps`` lists them (print ``describe(caps, ...)``). Otherwise ``env`` is the
+def pin_env(python: str, command: str, project: str, version: str, env: dict[str, str] | None = None
+            ) -> Iterator[tuple[dict[str, str], list[Cap]]]:
+    """``with pin_env(python, "download", "torchao", "0.18.0") as (env, caps):`` run ``python -m pip download ...``
+    with ``env``. Where a configured constraint file excludes ``project==version``, ``env`` points ``PIP_CONSTRAINT``
+    at copies without those lines, and ``caps`` lists them (print ``describe(caps, ...)``). Otherwise ``env`` is the
     environment as it was and ``caps`` is empty. The copies are removed when the block ends."""
     base_env = dict(os.environ if env is None else env)
     setting, files = configured_constraints(python, command, base_env)
@@ -174,8 +175,13 @@ def torch_pin_env(python: str, command: str, version: str, env: dict[str, str] |
         return
     with tempfile.TemporaryDirectory(prefix="patchset-pip-constraints-") as tmp:
         caps: list[Cap] = []
-        copies = [_filter_file(f, Path.cwd(), version, setting, Path(tmp), caps) for f in files]
+        copies = [_filter_file(f, Path.cwd(), version, setting, Path(tmp), caps, project=project) for f in files]
         if not caps:
             yield base_env, []
             return
         yield {**base_env, "PIP_CONSTRAINT": " ".join(copies)}, caps
+
+
+def torch_pin_env(python: str, command: str, version: str, env: dict[str, str] | None = None):
+    """``pin_env`` for torch: ``with torch_pin_env(python, "install", "2.15.0") as (env, caps): ...``."""
+    return pin_env(python, command, PROJECT, version, env)

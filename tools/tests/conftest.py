@@ -27,6 +27,17 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: needs the real cached bases (~/.cache/torch-patchset); skipped when absent")
 
 
+REAL_DOWNLOAD_WHEEL = bases_mod.download_wheel  # for a test that runs pip itself, offline (no index, no find-links)
+
+
+@pytest.fixture(autouse=True)
+def _no_downloads(monkeypatch):
+    """No test downloads a wheel: ``tools.bases.download_wheel`` (every pip download the tools make) fails the test
+    unless the test puts its own fake in its place."""
+    monkeypatch.setattr(bases_mod, "download_wheel",
+                        lambda project, version, wdir: pytest.fail(f"a test tried to download {project}=={version}"))
+
+
 # ---------------------------------------------------------------------------------------------
 # plain helpers (importable as ``from tools.tests.conftest import ...`` is avoided; use the fixtures)
 

@@ -425,3 +425,81 @@ def test_placeholder_author_is_named():
     assert placeholder_author(("Jane Doe", "jane@example.com"))
     assert not placeholder_author(("Jane Doe", "jane@pytorch.org"))
     assert not placeholder_author(("Jane Doe", "jane@examples.dev"))
+
+
+def _fresh_machine(fake_generated, tmp_path, monkeypatch):
+    """The fake patch set with gamma proposed as two PRs (its first a diff to fakeao 1.0), on a machine with neither
+    a pristine base nor fakeao (installed or cached): an empty cache."""
+    from tools import bases as bases_mod
+    from tools.tests.test_export_pr_split import _split_patchset
+
+    fp = _split_patchset(fake_generated, tmp_path)
+    fp.cache = tmp_path / "fresh-cache"
+    monkeypatch.setattr(bases_mod, "CACHE_DIR", fp.cache)  # for the CLI, which takes the default cache
+    return fp
+
+
+def test_export_pr_on_a_fresh_machine_names_every_missing_step_at_once(fake_generated, tmp_path, monkeypatch, capsys):
+    """Issue 39 item 4: where fetching fails (no network), one error names both missing steps, each with its
+    command; nothing is written. With --no-fetch nothing is downloaded and the same two are named."""
+    from tools import bases as bases_mod
+    from tools.cli import main
+
+    fp = _fresh_machine(fake_generated, tmp_path, monkeypatch)
+    tried = []
+
+    def offline(project, version, wdir):
+        tried.append(f"{project}=={version}")
+        raise PatchsetError(f"{project}=={version}", "`pip download ...` failed with exit code 1 (see pip's output above)")
+
+    monkeypatch.setattr(bases_mod, "download_wheel", offline)
+    with pytest.raises(PatchsetError) as e:
+        _export(fp, out=tmp_path / "out")
+    msg = str(e.value)
+    assert tried == ["torch==2.13.0", "fakeao==1.0"]
+    assert "2 thing(s) it needs are missing, so nothing was written" in msg
+    assert ": python -m tools bases --base 2.13.0\n" in msg
+    assert f"-m pip download --no-deps --only-binary=:all: fakeao==1.0 -d {fp.cache / 'wheels'}" in msg
+    assert not (tmp_path / "out").exists()
+
+    tried.clear()
+    capsys.readouterr()
+    rc = main(["export-pr", "--no-fetch", "--repo-root", str(fp.root), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and tried == []
+    assert "run each command below, or export-pr without --no-fetch" in err
+    assert f"the pristine tree of torch 2.13.0 (no {fp.cache / 'bases/v2.13.0'}): python -m tools bases --base 2.13.0" in err
+    assert "fakeao 1.0's files, for the first PR of inductor-gamma (fakeao is not installed here" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_pr_on_a_fresh_machine_fetches_what_it_needs(fake_generated, fake_cache, tmp_path, monkeypatch, capsys):
+    """Allowed to fetch (the default): the pristine base is built as `tools bases` builds it and fakeao's wheel is
+    downloaded into the cache (nothing installed), one line each; a second export downloads nothing."""
+    from tools import bases as bases_mod
+    from tools.tests.conftest import make_wheel
+    from tools.tests.test_export_pr_split import PKG_FILE, fakeao_wheel
+
+    fp = _fresh_machine(fake_generated, tmp_path, monkeypatch)
+    fetched = []
+
+    def download(project, version, wdir):
+        fetched.append((project, version, wdir))
+        if project == "torch":
+            return make_wheel(wdir / f"torch-{version}+cpu-py3-none-any.whl", f"{version}+cpu")
+        return fakeao_wheel(wdir, version)
+
+    monkeypatch.setattr(bases_mod, "download_wheel", download)
+    out = _export(fp, out=tmp_path / "out")
+    wheels = fp.cache / "wheels"
+    assert fetched == [("torch", "2.13.0", wheels), ("fakeao", "1.0", wheels)]
+    err = capsys.readouterr().err
+    assert "export-pr: no pristine tree for torch 2.13.0 yet; building it as `python -m tools bases --base 2.13.0` does" in err
+    assert f"export-pr: downloading fakeao==1.0 into {wheels} (pip download --no-deps;" in err
+    # the same base as the one patches/ was generated on, and the first PR made from the downloaded release's files
+    tree = "HEAD^{tree}"
+    assert git(fp.base_tree("2.13.0"), "rev-parse", tree) == git(bases_mod.base_tree("2.13.0", fake_cache), "rev-parse", tree)
+    assert (out / "gamma-registry-client/files" / PKG_FILE).read_text() == "def register():\n    registry.add(run)\n"
+    assert (out / "inductor-alpha/PR.md").is_file()
+    _export(fp, out=tmp_path / "out")
+    assert len(fetched) == 2

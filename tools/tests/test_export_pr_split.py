@@ -3,6 +3,9 @@ repository, on the fake patch set, with a fake installed package for the first P
 
 from __future__ import annotations
 
+import shutil
+import zipfile
+
 import pytest
 
 from tools.common import PatchsetError, load_patchset
@@ -108,15 +111,44 @@ def test_export_pr_writes_both_prs(fake_generated, tmp_path, monkeypatch):
     assert test.startswith(HEADER) and "Owner(s)" not in test
 
 
-@pytest.mark.parametrize("version, why", [("2.0", "fakeao 2.0 is installed, but first.diff is made against 1.0"),
-                                          (None, "fakeao is not installed in this environment")])
-def test_export_pr_first_pr_needs_that_release_installed(fake_generated, tmp_path, monkeypatch, version, why):
+def fakeao_wheel(wdir, version="1.0"):
+    """fakeao's release as its wheel (what ``pip download --no-deps fakeao==<version>`` leaves in ``wdir``)."""
+    wdir.mkdir(parents=True, exist_ok=True)
+    wheel = wdir / f"fakeao-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(PKG_FILE, PKG_TEXT)
+        zf.writestr(f"fakeao-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: fakeao\nVersion: {version}\n")
+    return wheel
+
+
+def own_cache(fp, tmp_path):
+    """A copy of the session's fake cache (bases and wheels) that the test may add to."""
+    shared, fp.cache = fp.cache, tmp_path / "own-cache"
+    shutil.copytree(shared, fp.cache, symlinks=True)
+    return fp
+
+
+@pytest.mark.parametrize("version, why", [("2.0", "fakeao 2.0 is installed here"),
+                                          (None, "fakeao is not installed here")])
+def test_export_pr_first_pr_without_that_release(fake_generated, tmp_path, monkeypatch, version, why):
+    """Neither installed at the diff's version nor in the cache, and not fetched: the error names the download."""
     if version:
         _installed_package(tmp_path, monkeypatch, version)
     fp = _split_patchset(fake_generated, tmp_path)
-    with pytest.raises(PatchsetError, match=why):
-        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    with pytest.raises(PatchsetError) as e:
+        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"], fetch=False)
+    assert f"fakeao 1.0's files, for the first PR of inductor-gamma ({why} and no fakeao-1.0 wheel is in " in str(e.value)
+    assert f"-m pip download --no-deps --only-binary=:all: fakeao==1.0 -d {fp.cache / 'wheels'}" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_export_pr_first_pr_from_the_cached_wheel(fake_generated, tmp_path, monkeypatch):
+    """Another release installed here: the one the diff is made against is read from its wheel in the cache."""
+    _installed_package(tmp_path, monkeypatch, "2.0")
+    fp = own_cache(_split_patchset(fake_generated, tmp_path), tmp_path)
+    fakeao_wheel(fp.cache / "wheels")
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"], fetch=False)
+    assert (out / "gamma-registry-client/files" / PKG_FILE).read_text() == "def register():\n    registry.add(run)\n"
 
 
 def test_export_pr_first_pr_diff_that_does_not_apply(fake_generated, tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ from tools.port import add_base_to_toml, port, source_candidates
 from tools.port_cli import report
 from tools.check import check
 from tools.generate import generate
-from tools.tests.conftest import HOOK_EDITS, FakePatchset, dir_bytes, fake_torch_files, make_hook_diff, make_wheel
+from tools.tests.conftest import (HOOK_EDITS, REAL_DOWNLOAD_WHEEL, FakePatchset, dir_bytes, fake_torch_files,
+                                   make_hook_diff, make_wheel)
 
 NEW = "2.14.0"
 
@@ -264,6 +265,7 @@ def test_unknown_version_is_an_error_that_changes_nothing(fake_patchset, tmp_pat
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    monkeypatch.setattr(bases_mod, "download_wheel", REAL_DOWNLOAD_WHEEL)  # pip itself, with nothing to find
     with pytest.raises(PatchsetError) as ei:
         port("2.99.0", fp.sources, fp.cache, write=True)
     assert ei.value.where == "torch 2.99.0" and "cannot get its wheel" in ei.value.reason

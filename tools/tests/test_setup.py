@@ -131,6 +131,19 @@ def test_nested_constraint_files_are_filtered_too(tmp_path):
     assert "sympy<2" in Path(nested).read_text() and "orch" not in Path(nested).read_text()
 
 
+def test_another_projects_pin_drops_only_its_own_cap(tmp_path):
+    """export-pr's download of torchao==0.18.0 (``pin_env`` for another project): a torchao cap is dropped, the
+    torch cap and the rest stay."""
+    cap = tmp_path / "caps.txt"
+    cap.write_text("torch<=2.14.1\ntorchao<0.18\nnumpy<3\n")
+    caps: list = []
+    out = tmp_path / "out"
+    out.mkdir()
+    copy = Path(pipcap._filter_file(str(cap), tmp_path, "0.18.0", "global.constraint", out, caps, project="torchao"))
+    assert caps == [pipcap.Cap("torchao<0.18", str(cap), "global.constraint")]
+    assert copy.read_text().split() == ["torch<=2.14.1", "numpy<3"]
+
+
 def test_the_repo_requirement_files_pin_each_base():
     from tools.sources import Sources
     from tools.baseenv import requirements_file
