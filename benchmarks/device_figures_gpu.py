@@ -74,7 +74,11 @@ def compile_mm(m: int, k: int, n: int, tflops: float | None) -> dict:
         if tflops is not None
         else contextlib.nullcontext()
     )
-    with patch, config.patch(fx_graph_cache=False, shape_padding=True):
+    # pad_mm caches its benchmarked decisions by shape: each side decides anew
+    no_cache = mock.patch(
+        "torch._inductor.fx_passes.pad_mm.get_cached_should_pad", return_value=None
+    )
+    with patch, no_cache, config.patch(fx_graph_cache=False, shape_padding=True):
         fn = torch.compile(torch.mm)
         _, code = run_and_get_code(fn, a, b)
     src = "\n".join(code)

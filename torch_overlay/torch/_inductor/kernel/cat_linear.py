@@ -57,9 +57,6 @@ cat_mm_template = TritonTemplate(
     name="cat_mm",
     grid=mm_grid,
     source=load_template("triton_cat_mm", Path(__file__).parent / "templates"),
-    # every input is read through load_input: a piece's pointwise producer
-    # can be fused in as a prologue
-    prologue_loads_all_inputs=True,
 )
 
 
