@@ -12,10 +12,12 @@ What it does, in order (``--dry-run``: the same checks, then prints the plan and
    with network: ``python -m pip download --no-deps --only-binary=:all: --python-version 3.12
    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl
    expecttest==0.3.0`` (PyTorch's CI pin, pure Python).
-4. Installs this checkout's series into this Python's torch (``python -m tools install``: a no-op when it is
-   already there; a torch version without a series is refused before anything changes).
+4. Installs this checkout's series into this Python's torch (``python -m tools install --replace``: a no-op when it
+   is already there, another series installed before is swapped out; a torch version without a series is refused before anything changes).
 5. Runs, each under pytest with a junit report, and with pytest-xdist workers where the suite allows it:
-   every ``test/inductor/test_*.py`` the base ships (CPU tests included: a GPU changes their paths too), and,
+   the GPU tests of the ``test/inductor/test_*.py`` files the base ships (the files that use a GPU marker,
+   ``requires_cuda_and_triton`` and the like, and in them the tests whose name says ``cuda``/``gpu``; CI runs
+   the rest on its CPUs; ``--all-tests`` runs every file and test), and,
    with ``--upstream-tests DIR`` (upstream's test files at this torch's version, laid out as ``test/...``;
    they are never part of this repo), each upstream test file a patch's ``hooks/<patch>/upstream-tests.diff``
    changes: copied to a scratch dir, the hunks applied, and every test class the patch's
@@ -237,13 +239,22 @@ def upstream_suites(base: str, upstream: Path | None, scratch: Path, pytest_cmd:
 # ---------------------------------------------------------------------------------------------------- running
 
 
-def inductor_suites(base: str, pytest_cmd: list[str]) -> list[Suite]:
-    """Every test/inductor file the base ships, in one pytest run (xdist balances all their tests over its
-    workers), reported one row per file."""
+# a test/inductor file with GPU tests uses one of these; its GPU tests name the device (``cuda``/``gpu``)
+GPU_TEST_MARKERS = re.compile(r"requires_cuda|requires_gpu|HAS_GPU|HAS_CUDA|device=\"cuda\"")
+GPU_TEST_SELECTION = "cuda or gpu"
+
+
+def inductor_suites(base: str, pytest_cmd: list[str], all_tests: bool = False) -> list[Suite]:
+    """The test/inductor files the base ships that have GPU tests, and of them the tests whose name says
+    ``cuda``/``gpu`` (pytest ``-k``; CI runs every other test on its CPUs); with ``all_tests`` every file and
+    every test. One pytest run (xdist balances the tests over its workers), reported one row per file."""
     not_here = set(tests_not_on(base))
     files = [f for f in sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "test" / "inductor").glob("test_*.py"))
-             if f not in not_here]
-    return [Suite("inductor", cmd=[*pytest_cmd, *files], parts=tuple(Path(f).stem for f in files))]
+             if f not in not_here and (all_tests or GPU_TEST_MARKERS.search((REPO_ROOT / f).read_text()))]
+    if not files:
+        return []
+    select = [] if all_tests else ["-k", GPU_TEST_SELECTION]
+    return [Suite("inductor", cmd=[*pytest_cmd, *select, *files], parts=tuple(Path(f).stem for f in files))]
 
 
 def split_rows(res: Result) -> list[Result]:
@@ -356,7 +367,7 @@ def render(results: list[Result], header: str) -> str:
 
 
 def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_run: bool, workers: int,
-             timeout: int, budget: int, python: str = sys.executable) -> int:
+             timeout: int, budget: int, python: str = sys.executable, all_tests: bool = False) -> int:
     t0 = time.monotonic()
     os.environ.update(MULTICAST_OFF)
     work = Path(tempfile.mkdtemp(prefix="patchset-gpu-test-"))
@@ -393,11 +404,11 @@ def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_r
         from tools.distinfo import find_site_packages
         from tools.install import install
 
-        install(find_site_packages(), PATCHES_DIR, PATCHSET_TOML, replace=False, dry_run=dry_run)
+        install(find_site_packages(), PATCHES_DIR, PATCHSET_TOML, replace=True, dry_run=dry_run)
     pytest_cmd = [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
     # the GPU-only suites first, so that a slow CPU suite cannot eat their time
     ups = upstream_suites(base, upstream, work / "upstream", pytest_cmd, log)
-    suites = sorted(ups, key=lambda s: -s.gpus) + inductor_suites(base, pytest_cmd)
+    suites = sorted(ups, key=lambda s: -s.gpus) + inductor_suites(base, pytest_cmd, all_tests)
     if upstream is None:
         log("no --upstream-tests DIR: upstream's test files are not in this repo, so their suites are left out")
     plan: list[Suite] = []
@@ -450,12 +461,15 @@ def _finish(results: list[Result], header: str, out: Path | None, rc: int) -> in
 
 def register(subparsers) -> None:
     p = add_subcommand(subparsers, "gpu-test", "run every GPU test (test/inductor, upstream test hunks, two-GPU) on a GPU machine",
-                       __doc__, lambda a: gpu_test(a.wheels, a.upstream_tests, a.out, a.dry_run, a.workers, a.timeout, a.budget))
+                       __doc__, lambda a: gpu_test(a.wheels, a.upstream_tests, a.out, a.dry_run, a.workers, a.timeout, a.budget,
+                                                      all_tests=a.all_tests))
     p.add_argument("--wheels", type=Path, default=None, help="wheels of the modules the machine lacks (expecttest ...)")
     p.add_argument("--upstream-tests", type=Path, default=None,
                    help="upstream's test files at this torch's version, laid out as test/... (not in this repo)")
     p.add_argument("--out", type=Path, default=None, help="write the table, junit reports and logs here")
     p.add_argument("--dry-run", action="store_true", help="check and plan; install and run nothing")
+    p.add_argument("--all-tests", action="store_true",
+                   help="every test/inductor file and test, CPU tests included (default: the GPU tests only)")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="pytest-xdist workers per suite (default: %(default)s)")
     p.add_argument("--timeout", type=int, default=480, help="seconds per suite (default: %(default)s)")
     p.add_argument("--budget", type=int, default=570, help="seconds for all suites together (default: %(default)s)")

@@ -157,7 +157,7 @@ def _fake_machine(monkeypatch, tmp_path, gpus: int, torch_version: str = "2.11.0
     """))
     (suite_dir / "test_fake2.py").write_text("def test_two():\n    pass\n")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    monkeypatch.setattr(gt, "inductor_suites", lambda base, c: [
+    monkeypatch.setattr(gt, "inductor_suites", lambda base, c, all_tests=False: [
         gt.Suite("inductor", cmd=[*cmd, "test_fake.py", "test_fake2.py"], cwd=suite_dir, parts=("test_fake", "test_fake2"))])
     monkeypatch.setattr(gt, "upstream_suites", lambda base, up, scratch, c, log: [
         gt.Suite("upstream fake::TwoGPU", cmd=[*cmd, "test_fake.py"], cwd=suite_dir, gpus=2, xdist=False),
@@ -172,7 +172,7 @@ def test_run_on_one_gpu_table_and_exit_status(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("GT_FAIL", "1")
     rc = gt.gpu_test(None, tmp_path, out, dry_run=False, workers=4, timeout=120, budget=300)
     table = (out / "gpu-test-summary.txt").read_text()
-    assert rc == 1 and installed == [{"replace": False, "dry_run": False}]
+    assert rc == 1 and installed == [{"replace": True, "dry_run": False}]
     row = next(line for line in table.splitlines() if line.startswith("inductor test_fake "))
     assert row.split()[2:7] == ["FAILED", "1", "1", "1", "0"], row
     row = next(line for line in table.splitlines() if line.startswith("inductor test_fake2 "))
@@ -206,7 +206,7 @@ def test_dry_run_plans_and_runs_nothing(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("GT_FAIL", "1")
     assert gt.gpu_test(None, None, None, dry_run=True, workers=4, timeout=120, budget=300) == 0
     out = capsys.readouterr().out
-    assert installed == [{"replace": False, "dry_run": True}]
+    assert installed == [{"replace": True, "dry_run": True}]
     assert "would run (one process): cd" in out and "test_fake.py" in out
 
 
@@ -221,3 +221,14 @@ def test_gpu_test_is_a_subcommand():
 
     r = ft.run_tools("gpu-test", "--help")
     assert r.returncode == 0 and "NCCL_NVLS_ENABLE=0" in r.stdout and "--upstream-tests" in r.stdout
+
+
+def test_inductor_suites_select_the_gpu_tests():
+    # by default the files with GPU tests, and in them the tests that name the device; --all-tests: every file
+    pytest_cmd = ["python", "-m", "pytest"]
+    (gpu,) = gt.inductor_suites("2.13.0", pytest_cmd)
+    assert gpu.cmd[3:5] == ["-k", gt.GPU_TEST_SELECTION]
+    assert "test/inductor/test_cat_linear_fused.py" in gpu.cmd
+    assert "test/inductor/test_custom_pass_registry.py" not in gpu.cmd
+    (every,) = gt.inductor_suites("2.13.0", pytest_cmd, all_tests=True)
+    assert "-k" not in every.cmd and "test/inductor/test_custom_pass_registry.py" in every.cmd
