@@ -430,6 +430,10 @@ def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_r
         else:
             plan.append(s)
 
+    # Every suite starts at once (they share the GPUs; a multi-process suite needs little CPU): one suite's
+    # length, not their sum, bounds the run. The xdist suites split the workers between them.
+    per_suite = max(1, workers // max(1, sum(s.xdist for s in plan)))
+
     def run(i: int, s: Suite) -> list[Result]:
         left = budget - (time.monotonic() - t0)
         if left < 10:
@@ -437,15 +441,13 @@ def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_r
             return [Result(s, "FAILED")]
         slug = f"{i:02d}-" + "".join(ch if ch.isalnum() else "_" for ch in s.name)[:80]
         log(f"[{i}/{len(plan)}] start {s.name} (up to {min(timeout, left):.0f}s)")
-        r = run_suite(s, env, logdir, min(timeout, left), workers if use_xdist else 1, slug)
+        r = run_suite(s, env, logdir, min(timeout, left), per_suite if use_xdist else 1, slug)
         log(f"[{i}/{len(plan)}] {s.name}: {r.status} {dict(r.counts)} in {r.seconds:.0f}s")
         return split_rows(r) if s.parts else [r]
 
-    # The multi-process suites (their own GPUs' worth of processes, little CPU) run beside the others.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        side = [pool.submit(run, i, s) for i, s in enumerate(plan, 1) if not s.xdist]
-        main = [run(i, s) for i, s in enumerate(plan, 1) if s.xdist]
-        results += [r for f in side for r in f.result()] + [r for rs in main for r in rs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan))) as pool:
+        futures = [pool.submit(run, i, s) for i, s in enumerate(plan, 1)]
+        results += [r for f in futures for r in f.result()]
     if out is None and not dry_run:
         shutil.rmtree(work, ignore_errors=True)
     return _finish(results, header, out, 1 if any(r.status == "FAILED" for r in results) else 0)
