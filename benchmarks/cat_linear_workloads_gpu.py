@@ -199,8 +199,8 @@ def record_sites(cost, sites):
     """Wrap the pass's cost model (``cost.decide``) to record every site it weighs."""
     decide = cost.decide
 
-    def recording(site, step_cost=None):
-        d = decide(site, step_cost)
+    def recording(site):
+        d = decide(site)
         flops = 2.0 * site.rows * site.k * site.n
         nbytes = ((site.rows + site.n) * site.k + site.rows * site.n) * site.itemsize
         ridge = cost.ridge_point(site.device, site.dtype)

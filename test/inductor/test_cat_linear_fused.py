@@ -364,27 +364,38 @@ class CatLinearFusedTest(TestCase):
             # compute-bound: screened
             big = cost.decide(cuda_site((4096, 4096), 8192))
             self.assertEqual((big.form, big.counter), (None, "screened"))
-            # a masked K tail: only max_autotune can tell
+            # compute-bound with headroom: taken over a long K loop, not a
+            # short one (the template's fill and epilogue weigh more there)
+            long_k = cost.decide(cuda_site((1024, 1024), 1024))
+            self.assertEqual((long_k.form, long_k.counter), ("mm", "roofline"))
+            short_k = cost.decide(cuda_site((128, 128, 128), 1024))
+            self.assertEqual((short_k.form, short_k.counter), (None, "compute_bound"))
+            # a masked K tail (the per-piece loops layout): taken where the
+            # site is memory-bound, left to max_autotune where it is not
             tail = cost.decide(cuda_site((128, 351), 256))
-            self.assertEqual((tail.form, tail.counter), (None, "k_tail"))
+            self.assertEqual((tail.form, tail.counter), ("mm", "roofline"))
+            wide = cost.decide(cuda_site((128, 351), 2048))
+            self.assertEqual((wide.form, wide.counter), (None, "k_tail"))
             # pieces made by pointwise ops: stock writes them straight into
             # the cat, so they save only where the template reads them from
-            # the producer's sources (prologue fusion)
+            # the producer's sources: a prologue fusion, which only the
+            # per-piece loops layout (a K tail) has
             made = [True, True]
             fused = cost.decide(
-                cuda_site((256, 256), 160, produced=made, prologue_fusion=True)
+                cuda_site((128, 351), 256, produced=made, prologue_fusion=True)
             )
             self.assertEqual(fused.form, "mm")
             apart = cost.decide(
-                cuda_site((256, 256), 160, produced=made, prologue_fusion=False)
+                cuda_site((128, 351), 256, produced=made, prologue_fusion=False)
             )
             self.assertEqual((apart.form, apart.counter), (None, "screened"))
+            whole = cost.decide(
+                cuda_site((256, 256), 160, produced=made, prologue_fusion=True)
+            )
+            self.assertEqual((whole.form, whole.counter), (None, "screened"))
             # under max_autotune: handed to autotuning
-            tuned = cost.decide(cuda_site((128, 351), 256, max_autotune=True))
+            tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))
-            # a small share of its graph's step
-            small = cost.decide(cuda_site((256, 256), 160), step_cost=1e12)
-            self.assertEqual((small.form, small.counter), (None, "small_share"))
 
     def test_cat_linear_ridge_point_from_inductor_figures(self):
         with h100_figures():
@@ -515,6 +526,13 @@ class CatLinearFusedTest(TestCase):
         with torch.no_grad():
             (code,) = self.common(fn, args, 1, form="mm")
         FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(code)
+        # whole K tiles: one loop over the cat, each tile's piece selected;
+        # else one masked loop per piece
+        one_loop = FileCheck().check("def triton_tem_")
+        if all(w % 32 == 0 for w in widths):
+            one_loop.check("tl.where(in_a1").run(code)
+        else:
+            one_loop.check_not("tl.where(in_a1").run(code)
 
     @requires_cuda_and_triton
     @parametrize("dynamic", ["rows", "all"])

@@ -29,20 +29,22 @@ COPY_EFFICIENCY = 0.87
 # A form must be at least this much faster than stock on the roofline: below
 # it, kernel efficiency decides, which the roofline cannot see.
 MARGIN = 1.1
-# Best case from which the in-place GEMM is taken without a benchmark: its
-# Triton kernel trails cuBLAS on a ready input by up to this much at whole-K
-# -tile sites.
-MM_MIN_BOUND_WITHOUT_BENCHMARK = 1.3
-# Least share of its graph's step a site must save to be worth a kernel
-# compile of its own.
-MIN_STEP_SHARE = 0.05
+# Best case from which the per-piece loops layout (pieces not of whole K
+# tiles) is taken at a memory-bound site without a benchmark: at 2 pipeline
+# stages its kernel trails cuBLAS on a ready input by up to this much.
+LOOPS_MIN_BOUND = 1.3
+# At a compute-bound GEMM the template's one loop trails cuBLAS by about 1.2x
+# where the K loop is long, more where it is short (its pipeline fill and
+# epilogue are amortized over fewer tiles): such a site is taken only from
+# this best case and this K (benchmarks/README.md, "cat_linear").
+COMPUTE_BOUND_MIN_BOUND = 1.25
+COMPUTE_BOUND_MIN_K = 1024
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
-# The in-place GEMM's K tile: pieces of whole tiles run unmasked.
-BLOCK_K = 64
-# Widest piece counted as narrow: at a compute-bound GEMM, narrow pieces keep
-# the template too far behind cuBLAS to be taken without a benchmark.
-NARROW_PIECE_WIDTH = 256
+# The K tile of the template's one-loop layout (the template also takes 32
+# where the pieces are whole tiles of that only): pieces of whole tiles are
+# read tile by tile from one pipelined loop.
+ONE_LOOP_BLOCK_K = 32
 
 
 def has_template(device: torch.device, dtype: torch.dtype) -> bool:
@@ -102,6 +104,12 @@ class CatLinearSite:
         return sum(self.widths)
 
     @property
+    def one_loop(self) -> bool:
+        """Whether the template reads the pieces in its one-loop layout (every
+        piece whole K tiles); else in per-piece loops with a masked tail."""
+        return all(w % ONE_LOOP_BLOCK_K == 0 for w in self.widths)
+
+    @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
 
@@ -117,14 +125,12 @@ class CatLinearSite:
         """The cat traffic a form saves: a write and a read of each piece.
         Stock writes a pointwise producer's output straight into the cat, so
         such a piece saves as much only where the template reads it from
-        the producer's sources (a prologue fusion, ``prologue_fusion``); else
-        the producer writes a buffer of its own and the piece saves
-        nothing."""
-        saved = sum(
-            w
-            for w, p in zip(self.widths, self.produced)
-            if not p or self.prologue_fusion
-        )
+        the producer's sources (a prologue fusion: ``prologue_fusion``, in
+        the per-piece loops layout, which loads pieces through
+        ``load_input``); else the producer writes a buffer of its own and
+        the piece saves nothing."""
+        fused = self.prologue_fusion and not self.one_loop
+        saved = sum(w for w, p in zip(self.widths, self.produced) if not p or fused)
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:
@@ -145,10 +151,10 @@ class Decision:
     counter: str | None = None
 
 
-def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
-    """Per-site policy for one GEMM of a forward or backward graph.
-    ``step_cost``: the graph's roofline cost in the units of ``roofline``, for
-    the share gate (None: not applied).  ``Decision.counter`` names the reason
+def decide(site: CatLinearSite) -> Decision:
+    """Per-site policy for one GEMM of a forward or backward graph: the site
+    alone decides (its shapes, dtype and producers, and the device's
+    figures).  ``Decision.counter`` names the reason
     (``counters["inductor"]["cat_linear_<counter>"]``)."""
     if site.device.type != "cuda":
         # The C++ backend writes pointwise pieces straight into the cat
@@ -164,35 +170,26 @@ def decide(site: CatLinearSite, step_cost: float | None = None) -> Decision:
         return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune")
-    if bound < MM_MIN_BOUND_WITHOUT_BENCHMARK:
-        return Decision(
-            None, f"best case {bound:.2f}x: only max_autotune can tell", "below_bound"
-        )
-    if any(w % BLOCK_K for w in site.widths):
-        return Decision(
-            None, "a piece is not whole K tiles: only max_autotune can tell", "k_tail"
-        )
-    narrow = max(site.widths) <= NARROW_PIECE_WIDTH
-    if narrow and site.compute_bound(ridge):
-        return Decision(None, "narrow pieces at a compute-bound GEMM", "compute_bound")
-    if step_cost is not None:
-        share = site.saved_bytes() / step_cost if step_cost > 0 else 1.0
-        if share < MIN_STEP_SHARE:
+    if site.compute_bound(ridge):
+        if not site.one_loop:
             return Decision(
                 None,
-                f"saves {share:.1%} of its graph's step, less than {MIN_STEP_SHARE:.0%}",
-                "small_share",
+                "a piece is not whole K tiles at a compute-bound GEMM: "
+                "only max_autotune can tell",
+                "k_tail",
             )
+        if bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K:
+            return Decision(
+                None,
+                f"best case {bound:.2f}x at K {site.k} of a compute-bound GEMM: "
+                "only max_autotune can tell",
+                "compute_bound",
+            )
+    elif not site.one_loop and bound < LOOPS_MIN_BOUND:
+        return Decision(
+            None,
+            f"best case {bound:.2f}x with a piece not of whole K tiles: "
+            "only max_autotune can tell",
+            "below_bound",
+        )
     return Decision("mm", f"best case {bound:.2f}x", "roofline")
-
-
-def gemm_step_cost(rows: int, k: int, n: int, itemsize: int, ridge: float) -> float:
-    """One GEMM of a graph's step, for the share gate."""
-    flops = 2.0 * rows * n * k
-    nbytes = ((rows + n) * k + rows * n) * itemsize
-    return roofline(flops, nbytes, ridge)
-
-
-def cat_step_cost(numel: int, itemsize: int) -> float:
-    """One cat of a graph's step (a write and a read), for the share gate."""
-    return 2.0 * numel * itemsize

@@ -27,7 +27,6 @@ its reason and counted under ``cat_linear_<reason>``.
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 import torch
@@ -49,10 +48,6 @@ log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 FORMS = ("mm", "view")
-
-_step_costs: weakref.WeakKeyDictionary[torch.fx.Graph, dict[float, float]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def options() -> dict[str, Any] | None:
@@ -98,29 +93,6 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
         and isinstance(target, torch._ops.OpOverload)
         and torch.Tag.pointwise in target.tags
     )
-
-
-def step_cost(graph: torch.fx.Graph, ridge: float) -> float:
-    """Roofline cost of the graph's GEMMs and cats (``cost.roofline`` units),
-    once per graph: a site's share of it is what the share gate weighs."""
-    per_ridge = _step_costs.setdefault(graph, {})
-    if ridge in per_ridge:
-        return per_ridge[ridge]
-    total = 0.0
-    for node in graph.find_nodes(op="call_function", target=aten.cat.default):
-        out = _val(node)
-        if out is not None:
-            total += cost.cat_step_cost(_hint(out.numel()), out.element_size())
-    for target, lhs in ((aten.mm.default, 0), (aten.addmm.default, 1)):
-        for node in graph.find_nodes(op="call_function", target=target):
-            a, out = _val(node.args[lhs]), _val(node)
-            if a is None or out is None or a.dim() != 2:
-                continue
-            m, k = (_hint(s) for s in a.shape)
-            n = _hint(out.shape[-1])
-            total += cost.gemm_step_cost(m, k, n, out.element_size(), ridge)
-    per_ridge[ridge] = total
-    return total
 
 
 def _parts(match: Match) -> list[torch.fx.Node] | None:
@@ -224,9 +196,7 @@ def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
         _decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
         return None
     if form is None:
-        ridge = cost.ridge_point(the_site.device, the_site.dtype)
-        graph_cost = None if ridge is None else step_cost(gemm.graph, ridge)
-        decision = cost.decide(the_site, graph_cost)
+        decision = cost.decide(the_site)
         if decision.form is None:
             _decline(decision.counter or "declined", decision.reason, gemm)
             return None
@@ -242,7 +212,9 @@ def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
     if form == "mm":
         from ..kernel.cat_linear import why_no_template
 
-        why = why_no_template(the_site.device, the_site.dtype, the_site.n)
+        why = why_no_template(
+            the_site.device, the_site.dtype, the_site.n, the_site.widths
+        )
         if why is not None:
             _decline("no_template", why, gemm)
             return None

@@ -5,9 +5,12 @@ The post-grad ``cat_linear`` lowering pattern (``fx_passes/cat_linear_lowering.p
 hands a site here once it decided that reading the pieces in place pays, in
 the form it chose:
 
-* ``"mm"``: a Triton template (``templates/triton_cat_mm.py.jinja``) with one
-  K loop per piece into a single accumulator, the bias as its epilogue as in
-  ``tuned_addmm``.  By default one config and no benchmark; under
+* ``"mm"``: a Triton template (``templates/triton_cat_mm.py.jinja``), the
+  bias as its epilogue as in ``tuned_addmm``.  Pieces of whole K tiles take
+  one K loop over the cat, pipelined as deep as the mm template's, each tile
+  read from its piece; other widths one masked K loop per piece, which reads
+  the pieces through ``load_input`` (so a pointwise producer can be fused in
+  as a prologue).  By default one config and no benchmark; under
   ``max_autotune`` the configs of Inductor's mm heuristic for the full
   ``M x K x N`` problem, next to the extern ``cat`` + ``mm`` on the
   materialized cat, through ``autotune_select_algorithm``.  Where no Triton
@@ -25,7 +28,9 @@ functionalized forward and backward graphs after the partitioner.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
+
+import sympy
 
 import torch
 
@@ -49,6 +54,10 @@ from ..utils import (
 from ..virtualized import V
 from .mm import bias_addmm, mm_template
 from .mm_common import addmm_epilogue, mm_grid
+
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 aten = torch.ops.aten
@@ -75,16 +84,26 @@ def _cat_addmm(
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
 aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
-# Software pipelining depth of the template.  Triton's pipeliner at 3 or more
-# stages, over consecutive loops whose trip counts are compile-time constants
-# (the piece widths are literals in the generated kernel), takes compile time
-# that grows with the trip count; at 2 stages it stays flat.
-MAX_STAGES = 2
-# The default mode's config (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
-# num_warps), the first that fits the device's shared memory; a narrow output
-# takes the narrower tile.
-_DEFAULT_CONFIGS = [(128, 128, 64, 8), (64, 128, 64, 4), (64, 64, 32, 4)]
-_NARROW_CONFIGS = [(128, 64, 64, 4), (64, 64, 32, 4)]
+# Software pipelining depth of the per-piece loops layout.  Triton's
+# pipeliner at 3 or more stages, over consecutive loops whose trip counts are
+# compile-time constants (the piece widths are literals in the generated
+# kernel), takes compile time that grows with the trip count; at 2 stages it
+# stays flat.  The one-loop layout has no such limit (one loop, as mm's).
+LOOPS_MAX_STAGES = 2
+# The default mode's configs (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
+# num_warps, num_stages), the first that fits the device's shared memory.
+# Whole-tile pieces take the one-loop layout at the BLOCK_K they divide; the
+# rest the per-piece loops; a narrow output takes a narrower tile.
+_ONE_LOOP_CONFIGS = {
+    64: [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
+    32: [(128, 128, 32, 4, 4), (64, 128, 32, 4, 4)],
+}
+_ONE_LOOP_NARROW_CONFIGS = {
+    64: [(128, 64, 64, 4, 4), (64, 64, 64, 4, 3)],
+    32: [(128, 64, 32, 4, 4), (64, 64, 32, 4, 3)],
+}
+_LOOPS_CONFIGS = [(128, 128, 64, 8, 2), (64, 128, 64, 4, 2), (64, 64, 32, 4, 2)]
+_LOOPS_NARROW_CONFIGS = [(128, 64, 64, 4, 2), (64, 64, 32, 4, 2)]
 
 
 def can_use_template(layout: FixedLayout) -> bool:
@@ -93,7 +112,9 @@ def can_use_template(layout: FixedLayout) -> bool:
     )
 
 
-def why_no_template(device: torch.device, dtype: torch.dtype, n: int) -> str | None:
+def why_no_template(
+    device: torch.device, dtype: torch.dtype, n: int, widths: Sequence[int]
+) -> str | None:
     """Why the in-place template cannot compute an ``M x n`` site here (None:
     it can), asked before the site is taken: on a CPU, in another dtype, on a
     GPU too small for Triton templates, with the Triton GEMM backend off, or
@@ -102,50 +123,72 @@ def why_no_template(device: torch.device, dtype: torch.dtype, n: int) -> str | N
     if not can_use_template(layout):
         return f"no in-place template for {dtype} on {device} with these backends"
     autotune = config.max_autotune or config.max_autotune_gemm
-    if not autotune and _default_config(n, dtype.itemsize) is None:
+    if not autotune and _default_config(n, widths) is None:
         return "no default config fits the shared memory"
     return None
 
 
-def _even_k(widths: list[Any], block_k: int) -> bool:
-    sizevars = V.graph.sizevars
-    return all(sizevars.statically_known_equals(w % block_k, 0) for w in widths)
+def _whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
+    # the lowering takes static widths only (it declines symbolic ones)
+    return all(
+        isinstance(w, (int, sympy.Integer)) and int(w) % block_k == 0 for w in widths
+    )
 
 
-def _fits(block_m: int, block_n: int, block_k: int, stages: int, itemsize: int) -> bool:
-    need = stages * (block_m + block_n) * block_k * itemsize
-    return need <= get_gpu_shared_memory()
+def _layout(cfg: dict[str, Any], widths: Sequence[Any]) -> dict[str, Any] | None:
+    """``cfg`` with the template's layout flags (ONE_LOOP where every piece
+    is whole tiles of its BLOCK_K, else the per-piece loops at no more than
+    ``LOOPS_MAX_STAGES``), or None where its buffers do not fit the shared
+    memory (one tile of a piece and one of the weight per stage)."""
+    one_loop = _whole_tiles(widths, cfg["BLOCK_K"])
+    stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
+    itemsize = 2  # the template takes 16-bit inputs only
+    need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
+    if need > get_gpu_shared_memory():
+        return None
+    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=one_loop)
 
 
-def _default_config(n: Any, itemsize: int) -> dict[str, Any] | None:
+def _default_config(n: Any, widths: Sequence[Any]) -> dict[str, Any] | None:
     narrow = (
         isinstance(n, int)
         and n <= 64
         or (not isinstance(n, int) and V.graph.sizevars.statically_known_leq(n, 64))
     )
-    for block_m, block_n, block_k, warps in (
-        _NARROW_CONFIGS if narrow else _DEFAULT_CONFIGS
-    ):
-        if _fits(block_m, block_n, block_k, MAX_STAGES, itemsize):
-            return dict(
+    candidates = []
+    for block_k in (64, 32):
+        if _whole_tiles(widths, block_k):
+            table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
+            candidates = table[block_k]
+            break
+    else:
+        candidates = _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
+    for block_m, block_n, block_k, warps, stages in candidates:
+        cfg = _layout(
+            dict(
                 BLOCK_M=block_m,
                 BLOCK_N=block_n,
                 BLOCK_K=block_k,
-                num_stages=MAX_STAGES,
+                num_stages=stages,
                 num_warps=warps,
                 GROUP_M=8,
-            )
+            ),
+            widths,
+        )
+        if cfg is not None:
+            return cfg
     return None
 
 
 def _heuristic_configs(
-    m: Any, k: Any, mat2: Any, layout: FixedLayout
+    m: Any, widths: Sequence[Any], mat2: Any, layout: FixedLayout
 ) -> list[dict[str, Any]]:
     """Inductor's mm heuristic's configs for the ``M x K x N`` problem the
-    site computes (its cat is described, never made)."""
+    site computes (its cat is described, never made), each in the layout its
+    BLOCK_K allows."""
     cat = Buffer(
         name="cat_linear_virtual_cat",
-        layout=FixedLayout(layout.device, layout.dtype, [m, k]),
+        layout=FixedLayout(layout.device, layout.dtype, [m, sum(widths)]),
     )
     kernel_inputs = MMKernelInputs([cat, mat2])
     configs = {}
@@ -155,8 +198,10 @@ def _heuristic_configs(
             key: kwargs[key]
             for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")
         }
-        cfg["num_stages"] = min(kwargs["num_stages"], MAX_STAGES)
-        configs[tuple(sorted(cfg.items()))] = cfg
+        cfg["num_stages"] = kwargs["num_stages"]
+        laid_out = _layout(cfg, widths)
+        if laid_out is not None:
+            configs[tuple(sorted(laid_out.items()))] = laid_out
     return list(configs.values())
 
 
@@ -167,9 +212,9 @@ def _template_choices(
     widths = [p.get_size()[1] for p in parts]
     autotune = config.max_autotune or config.max_autotune_gemm
     if autotune:
-        configs = _heuristic_configs(m, sum(widths), mat2, layout)
+        configs = _heuristic_configs(m, widths, mat2, layout)
     else:
-        default = _default_config(n, layout.dtype.itemsize)
+        default = _default_config(n, widths)
         configs = [] if default is None else [default]
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     epilogue: dict[str, Any] = {}
@@ -187,7 +232,6 @@ def _template_choices(
             **epilogue,
             **cfg,
             NUM_PARTS=len(parts),
-            EVEN_K=_even_k(widths, cfg["BLOCK_K"]),
             ACC_TYPE="tl.float32",
         )
     return choices
