@@ -33,10 +33,10 @@ MARGIN = 1.1
 # tiles) is taken at a memory-bound site without a benchmark: at 2 pipeline
 # stages its kernel trails cuBLAS on a ready input by up to this much.
 LOOPS_MIN_BOUND = 1.3
-# At a compute-bound GEMM the template's one loop trails cuBLAS by about 1.2x
-# where the K loop is long, more where it is short (its pipeline fill and
+# At a compute-bound GEMM the template's one loop trails cuBLAS least where
+# the K loop is long, more where it is short (its pipeline fill and
 # epilogue are amortized over fewer tiles): such a site is taken only from
-# this best case and this K (benchmarks/README.md, "cat_linear").
+# this best case and this K.
 COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
 # Pieces the in-place forms take; more never pay.
