@@ -61,14 +61,16 @@ class UpstreamMeta:
     test_changes: tuple[TestChange, ...] = ()
     title: str = ""  # the PR's title where it is not the patch's subject (another repository's conventions)
     header: str = ""  # prepended to every file of a PR to another repository (its license header)
-    first_pr: FirstPR | None = None  # a smaller PR that this one depends on (``[patch.upstream.first-pr]``)
+    diff_prs: tuple[DiffPR, ...] = ()  # smaller PRs, stored diffs, proposed first (``[[patch.upstream.diff-pr]]``)
+    own_pr: bool = True  # False: the patch's own files stay in the fork; only its diff PRs are proposed
 
 
 @dataclasses.dataclass(frozen=True)
-class FirstPR:
-    """``[patch.upstream.first-pr]``: a patch proposed as two PRs. The first is ``diff`` (a diff against the files
-    of ``package`` at ``version``, as released; upstream lines only as context, new files whole), with its own
-    title, summary, test plan and measured text; the patch's own PR depends on it (``tools.export_pr_split``)."""
+class DiffPR:
+    """``[[patch.upstream.diff-pr]]``: a PR that is ``diff``, a stored diff against the files of ``package`` at
+    ``version`` as released with the patch's earlier diff PRs applied (upstream lines only as context, new files
+    whole), with its own title, summary, test plan and measured text. Each depends on the one before it, and the
+    patch's own PR (unless ``own-pr = false``) on all of them (``tools.export_pr_split``)."""
 
     name: str
     title: str
@@ -150,7 +152,7 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
     if d is None:
         return None
     known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change", "header",
-             "first-pr", "title"}
+             "diff-pr", "own-pr", "title"}
     if unknown := sorted(set(d) - known):
         raise PatchsetError(where, f"[patch.upstream] has unknown keys {unknown} (known: {sorted(known)})")
     try:
@@ -169,20 +171,19 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
         test_changes=changes,
         title=d.get("title", ""),
         header=d.get("header", ""),
-        first_pr=_first_pr(d.get("first-pr"), where),
+        diff_prs=tuple(_diff_pr(x, where) for x in d.get("diff-pr", ())),
+        own_pr=d.get("own-pr", True),
     )
 
 
-def _first_pr(d: dict | None, where: str) -> FirstPR | None:
-    if d is None:
-        return None
+def _diff_pr(d: dict, where: str) -> DiffPR:
     fields = {"name", "title", "summary", "test-plan", "diff", "package", "version", "measured"}
     if missing := sorted(fields - set(d)):
-        raise PatchsetError(where, f"[patch.upstream.first-pr] lacks {', '.join(missing)}")
+        raise PatchsetError(where, f"[[patch.upstream.diff-pr]] lacks {', '.join(missing)}")
     if unknown := sorted(set(d) - fields):
-        raise PatchsetError(where, f"[patch.upstream.first-pr] has unknown keys {unknown}")
-    return FirstPR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["diff"], d["package"],
-                   d["version"], d["measured"].strip())
+        raise PatchsetError(where, f"[[patch.upstream.diff-pr]] has unknown keys {unknown}")
+    return DiffPR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["diff"], d["package"],
+                  d["version"], d["measured"].strip())
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

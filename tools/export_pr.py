@@ -24,8 +24,12 @@ release older than the base, or fork-internal wording in PR.md, the commit messa
 upstream test hunks included) or a file exported to another repository is an error naming the file and line
 (``tools.prmd``).
 
+A patch with ``[[patch.upstream.diff-pr]]`` tables is also proposed as those smaller PRs, stored diffs against a
+package's release, written first (``tools.export_pr_split``); with ``own-pr = false`` they are all its PRs and its
+own files stay in the fork (no ``<out>/<name>/``).
+
 What it needs from outside this checkout is checked before anything is written: the base's pristine tree
-(``CACHE_DIR/bases/v<base>/``) and, for a patch with a ``[patch.upstream.first-pr]``, the files of that package's
+(``CACHE_DIR/bases/v<base>/``) and, for a patch with a ``[[patch.upstream.diff-pr]]``, the files of that package's
 release (``tools.export_pr_split.release_files``: installed here at that version, or its wheel in the cache). On a
 fresh machine export-pr fetches what is missing itself, one progress line each: the pristine tree as ``python -m
 tools bases --base <base>`` builds it, the package's wheel with ``pip download --no-deps`` into the cache (nothing is
@@ -97,7 +101,9 @@ def upstream_test_files(sources: Sources, patch: PatchMeta) -> list[str]:
 
 def _require_upstream(ps_patch: PatchMeta, where: Path) -> None:
     up = ps_patch.upstream
-    missing = [k for k, v in (("summary", up and up.summary), ("test-plan", up and up.test_plan),
+    # a patch whose own files stay in the fork (own-pr = false) needs no PR text for them
+    missing = [k for k, v in (("summary", up and (up.summary or not up.own_pr)),
+                              ("test-plan", up and (up.test_plan or not up.own_pr)),
                               ("headline", up and up.headline)) if not v]
     if missing:
         raise PatchsetError(f"{where} [[patch]] {ps_patch.name!r}",
@@ -173,7 +179,7 @@ def _with_test_hunks(patch: bytes, diff: Path) -> bytes:
 
 def _inputs(base: str, selected: list[PatchMeta], cache_dir: Path | None, fetch: bool
             ) -> tuple[Path, dict[str, export_pr_split.ReleaseFiles]]:
-    """What export needs from outside this checkout: the base's pristine tree and, per patch with a first PR, its
+    """What export needs from outside this checkout: the base's pristine tree and, per patch with diff PRs, their
     package's release files. Each one missing is fetched when ``fetch`` (one progress line each); whatever is still
     missing then is named, all of it in one error, each with the command that fetches it."""
     missing: list[str] = []
@@ -193,13 +199,13 @@ def _inputs(base: str, selected: list[PatchMeta], cache_dir: Path | None, fetch:
             missing.append(f"the pristine tree of torch {base} ({why}): python -m tools bases --base {base}")
     releases = {}
     for p in selected:
-        fp = p.upstream.first_pr if p.upstream else None
+        fp = p.upstream.diff_prs[0] if p.upstream and p.upstream.diff_prs else None
         if fp is None:
             continue
         try:
             releases[p.name] = export_pr_split.release_files(fp, cache_dir, fetch)
         except PatchsetError as e:
-            missing.append(f"{fp.package} {fp.version}'s files, for the first PR of {p.name} ({e.reason}): "
+            missing.append(f"{fp.package} {fp.version}'s files, for the diff PRs of {p.name} ({e.reason}): "
                            f"{export_pr_split.download_command(fp.package, fp.version, cache_dir)} (or install "
                            f"{fp.package}=={fp.version} into this Python)")
     if missing:
@@ -277,6 +283,15 @@ def export_prs(
         for i, p in enumerate(selected, 1):
             up = p.upstream
             assert up is not None
+            deps = [by_name[n] for n in up.depends_on if n in by_name]
+            # [[patch.upstream.diff-pr]]: written first; the patch's own PR depends on them
+            diff_prs, found = export_pr_split.export_diff_prs(sources.root, p, tmp, deps, fork, older,
+                                                              releases.get(p.name))
+            findings += found
+            if not up.own_pr:
+                progress(f"export-pr v{base}: [{i}/{len(selected)}] {p.name}: its PRs are "
+                         f"{', '.join(m.name for m in diff_prs)}; its own files stay in the fork (own-pr = false)")
+                continue
             p = dataclasses.replace(p, subject=up.title or p.subject)  # the PR's title and commit subject
             patch_file = (pdir / f"{p.name}.patch").resolve()
             gitutil.git("read-tree", parent, cwd=repo, env=ienv)
@@ -319,13 +334,8 @@ def export_prs(
                     raise PatchsetError(d / "files", f"holds files that are not the PR's: {', '.join(stray)}")
                 added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
-            deps = [by_name[n] for n in up.depends_on if n in by_name]
-            first = export_pr_split.first_pr_meta(p)  # [patch.upstream.first-pr]: this PR depends on that one
-            if first is not None:
-                findings += export_pr_split.export_first_pr(sources.root, p, tmp, deps, fork, older,
-                                                           releases[p.name])[1]
             text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")],
-                               [first, *deps] if first else deps, files)
+                               [*diff_prs, *deps], files)
             (d / "PR.md").write_text(text)
             findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
             findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)
@@ -419,6 +429,6 @@ def register(subparsers) -> None:
                    help="a PyTorch source checkout: the upstream test files the patches change are taken from it, so "
                         "that a patch with upstream test hunks gets a branch too (its .patch carries them either way)")
     p.add_argument("--no-fetch", action="store_true",
-                   help="download nothing: where the pristine base or a first PR's package release is missing, name "
+                   help="download nothing: where the pristine base or a diff PR's package release is missing, name "
                         "each with the command that fetches it and stop (default: fetch them into the cache)")
     add_repo_root_arg(p)

@@ -1,15 +1,15 @@
-"""``export-pr`` for a patch proposed as two PRs, and the files of a PR to another repository.
+"""``export-pr`` for a patch proposed as several PRs, and the files of a PR to another repository.
 
-A patch whose ``[patch.upstream]`` has a ``[patch.upstream.first-pr]`` table is proposed as two PRs: first a small
-one that stands alone, a diff (``diff``) against the files of a package's release (``package`` at ``version``,
-e.g. torchao's module as released; upstream lines only as context, new files whole), then the patch's own PR,
-which says it depends on the first. Only the release's files are needed, not an install of it: ``release_files``
-takes them from the running Python's install of exactly that version, else from its wheel in the cache
-(``CACHE_DIR/wheels/``), which it downloads there when asked to (``pip download --no-deps``, as ``tools bases`` does
-torch's). ``export_first_pr`` writes the first one to ``<out>/<first-pr name>/``:
+Each ``[[patch.upstream.diff-pr]]`` of a patch is a PR that stands alone: a stored diff (``diff``) against the files
+of a package's release (``package`` at ``version``, e.g. torchao's module as released; upstream lines only as
+context, new files whole) with the patch's earlier diff PRs applied. Each depends on the one before it; the patch's
+own PR (unless ``own-pr = false``: its files stay in the fork) depends on all of them. Only the release's files are
+needed, not an install of it: ``release_files`` takes them from the running Python's install of exactly that
+version, else from its wheel in the cache (``CACHE_DIR/wheels/``), which it downloads there when asked to (``pip
+download --no-deps``, as ``tools bases`` does torch's). ``export_diff_prs`` writes each to ``<out>/<name>/``:
 
     <name>.patch   the stored diff
-    files/         the files it changes or adds, with the diff applied to the release's files
+    files/         the files it changes or adds, as they are with it and the earlier diffs applied
     PR.md          title, summary, test plan and the ``measured`` text
 
 ``finish_files`` gives every file of a PR to another repository the ``[patch.upstream] header`` (that
@@ -27,22 +27,19 @@ from pathlib import Path, PurePosixPath
 
 from tools import bases as bases_mod
 from tools import gitutil
-from tools.common import FirstPR, PatchMeta, PatchsetError, UpstreamMeta, progress
+from tools.common import DiffPR, PatchMeta, PatchsetError, UpstreamMeta, progress
 from tools.patchfile import parse_patch
 from tools.prmd import ForkPaths, added_lines, numbered, pasteability_findings, pr_markdown
 
 OWNER_PREFIX = "# Owner(s):"
 
 
-def first_pr_meta(p: PatchMeta) -> PatchMeta | None:
-    """The first PR of ``p`` as a patch of its own (for its PR.md, and for the second PR's "Depends on")."""
-    fp = p.upstream.first_pr if p.upstream else None
-    if fp is None:
-        return None
+def diff_pr_meta(p: PatchMeta, dp: DiffPR) -> PatchMeta:
+    """A diff PR of ``p`` as a patch of its own (for its PR.md, and for the "Depends on" of the PRs after it)."""
     assert p.upstream is not None
-    up = UpstreamMeta(repo=p.upstream.repo, summary=fp.summary, test_plan=fp.test_plan,
+    up = UpstreamMeta(repo=p.upstream.repo, summary=dp.summary, test_plan=dp.test_plan,
                       depends_on=p.upstream.depends_on)
-    return dataclasses.replace(p, name=fp.name, subject=fp.title, upstream=up)
+    return dataclasses.replace(p, name=dp.name, subject=dp.title, upstream=up)
 
 
 def finish_files(root: Path, p: PatchMeta) -> None:
@@ -87,8 +84,8 @@ def download_command(package: str, version: str, cache_dir: Path | None = None) 
             f"-d {bases_mod.wheels_dir(cache_dir)}")
 
 
-def release_files(fp: FirstPR, cache_dir: Path | None = None, fetch: bool = False) -> ReleaseFiles:
-    """The files the first PR's diff is made against: the running Python's install of ``fp.package`` when it is
+def release_files(fp: DiffPR, cache_dir: Path | None = None, fetch: bool = False) -> ReleaseFiles:
+    """The files a diff PR is made against: the running Python's install of ``fp.package`` when it is
     exactly ``fp.version``, else that release's wheel in the cache, else (``fetch``) the wheel downloaded there
     (``bases.download_wheel``). A PatchsetError naming the command that fetches it when there is none."""
     try:
@@ -110,41 +107,58 @@ def release_files(fp: FirstPR, cache_dir: Path | None = None, fetch: bool = Fals
     return ReleaseFiles(fp.package, fp.version, wheel=wheel)
 
 
-def export_first_pr(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], fork: ForkPaths,
-                    older, release: ReleaseFiles | None = None) -> tuple[str, list[str]]:
-    """Write the first PR of ``p`` under ``out``; its directory name and the lines a reviewer would not accept.
-    ``release``: the files the diff is made against (default: ``release_files`` without fetching)."""
-    first = first_pr_meta(p)
-    assert first is not None and p.upstream is not None and p.upstream.first_pr is not None
-    fp = p.upstream.first_pr
-    diff = root / fp.diff
+def export_diff_prs(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], fork: ForkPaths,
+                    older, release: ReleaseFiles | None = None) -> tuple[list[PatchMeta], list[str]]:
+    """Write each diff PR of ``p`` under ``out``, in order; their metadata (for the "Depends on" of the patch's own
+    PR) and the lines a reviewer would not accept. The first depends on ``deps``, each later one on the one before
+    it. ``release``: the files the diffs are made against (default: ``release_files`` without fetching)."""
+    assert p.upstream is not None
+    metas: list[PatchMeta] = []
+    findings: list[str] = []
+    applied: dict[str, bytes] = {}  # the release's files as the earlier diffs leave them
+    for i, dp in enumerate(p.upstream.diff_prs, 1):
+        release = release or release_files(dp)
+        meta = diff_pr_meta(p, dp)
+        listed = _apply_diff(root / dp.diff, dp, p, out / dp.name, release, applied)
+        text = pr_markdown(meta, [dp.measured], metas[-1:] or deps, listed)
+        (out / dp.name / "PR.md").write_text(text)
+        findings += pasteability_findings(f"{dp.name}/PR.md", numbered(text), fork, older)
+        for path, lines in added_lines((root / dp.diff).read_text()).items():
+            findings += pasteability_findings(f"{dp.name}: {path}", lines, fork, older)
+        progress(f"export-pr: {p.name}, PR {i} of {len(p.upstream.diff_prs) + p.upstream.own_pr}: {len(listed)} "
+                 f"files for {p.upstream.repo} in {dp.name}/files/, {dp.name}/PR.md")
+        metas.append(meta)
+    return metas, findings
+
+
+def _apply_diff(diff: Path, dp: DiffPR, p: PatchMeta, d: Path, release: ReleaseFiles,
+                applied: dict[str, bytes]) -> list[tuple[str, str]]:
+    """``diff`` applied to the release's files with the earlier diffs applied (``applied``, updated), written to
+    ``d/files/``, and the diff to ``d/<name>.patch``; the files it touches, each a module or a test."""
     if not diff.is_file():
-        raise PatchsetError(diff, f"missing ([patch.upstream.first-pr] of {p.name})")
-    release = release or release_files(fp)
-    d = out / fp.name
+        raise PatchsetError(diff, f"missing ([[patch.upstream.diff-pr]] {dp.name} of {p.name})")
     files = d / "files"
     files.mkdir(parents=True)
-    for fd in parse_patch(diff).files:
-        if fd.kind == "add":
-            continue
-        data = release.read(fd.path)
-        if data is None:
-            raise PatchsetError(diff, f"{fd.path}: not a file of {fp.package} {fp.version} ({release.describe()})")
-        (files / fd.path).parent.mkdir(parents=True, exist_ok=True)
-        (files / fd.path).write_bytes(data)
+    parsed = parse_patch(diff).files
+    for fd in parsed:
+        data = applied.get(fd.path)
+        if data is None and fd.kind != "add":
+            data = release.read(fd.path)
+            if data is None:
+                raise PatchsetError(diff, f"{fd.path}: not a file of {dp.package} {dp.version} ({release.describe()})")
+        if data is not None:
+            (files / fd.path).parent.mkdir(parents=True, exist_ok=True)
+            (files / fd.path).write_bytes(data)
     env = gitutil.isolated_env()
     gitutil.git("init", "-q", ".", cwd=files, env=env)
     r = gitutil.git("apply", "--whitespace=nowarn", diff.resolve(), cwd=files, env=env, check=False)
     shutil.rmtree(files / ".git")
     if not r.ok:
-        raise PatchsetError(diff, f"does not apply to {fp.package} {fp.version}: {gitutil.apply_failure_text(r.output)}")
-    shutil.copyfile(diff, d / f"{fp.name}.patch")
-    listed = [(fd.path, "test" if fd.path.startswith("test/") else "module") for fd in parse_patch(diff).files]
-    text = pr_markdown(first, [fp.measured], deps, listed)
-    (d / "PR.md").write_text(text)
-    findings = pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork, older)
-    for path, lines in added_lines(diff.read_text()).items():
-        findings += pasteability_findings(f"{fp.name}: {path}", lines, fork, older)
-    progress(f"export-pr: {p.name}, first of two PRs: {len(listed)} files for {p.upstream.repo} in {fp.name}/files/, "
-             f"{fp.name}/PR.md")
-    return fp.name, findings
+        on = f" with {', '.join(sorted(applied))} as the earlier diffs leave them" if applied else ""
+        raise PatchsetError(diff, f"does not apply to {dp.package} {dp.version}{on}: "
+                                  f"{gitutil.apply_failure_text(r.output)}")
+    for fd in parsed:
+        if (files / fd.path).is_file():
+            applied[fd.path] = (files / fd.path).read_bytes()
+    shutil.copyfile(diff, d / f"{dp.name}.patch")
+    return [(fd.path, "test" if fd.path.startswith("test/") else "module") for fd in parsed]

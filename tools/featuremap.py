@@ -43,9 +43,14 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
         lines.append(f"- results: `benchmarks/README.md`, {' and '.join(heads)}")
     if p.docs:
         lines.append(f"- docs: {_paths(p.docs)}")
-    if p.upstream and (fp := p.upstream.first_pr):
-        lines.append(f"- upstream PRs: {p.upstream.repo}, two, `python -m tools export-pr --patch {p.name}`: first "
-                     f"`{fp.diff}` (against {fp.package} {fp.version}), then this patch, which depends on it")
+    if p.upstream and (dps := p.upstream.diff_prs):
+        diffs = ", then ".join(f"`{dp.diff}`" for dp in dps)
+        against = (f"against {dps[0].package} {dps[0].version}" if len(dps) == 1 else
+                   f"each against {dps[0].package} {dps[0].version} with the ones before it applied")
+        then = ("then this patch, which depends on them" if p.upstream.own_pr else
+                "the rest of this patch stays in the fork")
+        lines.append(f"- upstream PRs: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`: {diffs} "
+                     f"({against}); {then}")
     elif p.upstream:
         lines.append(f"- upstream PR: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`")
     return lines

@@ -192,11 +192,20 @@ def validate_upstream(p: PatchMeta, w: str) -> None:
         raise PatchsetError(w, f"[patch.upstream] summary has {n} words; a reviewer gets at most {SUMMARY_MAX_WORDS}")
     if re.search(r"^---\s*$|^diff --git |^Index: ", up.summary, re.M):
         raise PatchsetError(w, "[patch.upstream] summary contains a line git would take for the start of the diff")
+    for dp in up.diff_prs:
+        if (n := summary_words(dp.summary)) > SUMMARY_MAX_WORDS:
+            raise PatchsetError(w, f"[[patch.upstream.diff-pr]] {dp.name}: summary has {n} words; a reviewer gets at "
+                                   f"most {SUMMARY_MAX_WORDS}")
+    if len({(dp.package, dp.version) for dp in up.diff_prs}) > 1:
+        raise PatchsetError(w, "[[patch.upstream.diff-pr]]: each is made on the ones before it, so all need one "
+                               "package and version")
+    if not up.own_pr and not up.diff_prs:
+        raise PatchsetError(w, "[patch.upstream] own-pr = false proposes nothing without a [[patch.upstream.diff-pr]]")
     files = set(p.overlay) | set(p.tests)
     for src, _ in up.paths:
         if src not in files:
             raise PatchsetError(w, f"[patch.upstream] paths: {src!r} is not an overlay or test file of the patch")
-    if up.repo != PYTORCH_REPO and set(dict(up.paths)) != files:
+    if up.own_pr and up.repo != PYTORCH_REPO and set(dict(up.paths)) != files:
         missing = sorted(files - set(dict(up.paths)))
         raise PatchsetError(w, f"[patch.upstream] repo is {up.repo}: paths must give each file's path there (missing: {missing})")
     for c in up.test_changes:

@@ -1,5 +1,6 @@
-"""export-pr for a patch proposed as two PRs ([patch.upstream.first-pr]) and the license header of a PR to another
-repository, on the fake patch set, with a fake installed package for the first PR's diff."""
+"""export-pr for a patch proposed as several PRs ([[patch.upstream.diff-pr]]) and the license header of a PR to another
+repository, on the fake patch set, with a fake installed package for the diff PRs; and the real patch's diff PRs on
+torchao's release."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ summary = """
 Gamma, for fakeao, on top of the registry client.
 """
 
-[patch.upstream.first-pr]
+[[patch.upstream.diff-pr]]
 name = "gamma-registry-client"
 title = "Register gamma's pass through the registry"
 diff = "upstream-prs/first.diff"
@@ -137,7 +138,7 @@ def test_export_pr_first_pr_without_that_release(fake_generated, tmp_path, monke
     fp = _split_patchset(fake_generated, tmp_path)
     with pytest.raises(PatchsetError) as e:
         export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"], fetch=False)
-    assert f"fakeao 1.0's files, for the first PR of inductor-gamma ({why} and no fakeao-1.0 wheel is in " in str(e.value)
+    assert f"fakeao 1.0's files, for the diff PRs of inductor-gamma ({why} and no fakeao-1.0 wheel is in " in str(e.value)
     assert f"-m pip download --no-deps --only-binary=:all: fakeao==1.0 -d {fp.cache / 'wheels'}" in str(e.value)
     assert not (tmp_path / "out").exists()
 
@@ -162,32 +163,170 @@ def test_export_pr_first_pr_diff_that_does_not_apply(fake_generated, tmp_path, m
 def test_first_pr_table_fields(fake_generated, tmp_path):
     fp = _split_patchset(fake_generated, tmp_path)
     fp.set_toml(fp.toml() + 'colour = "blue"\n')
-    with pytest.raises(PatchsetError, match=r"\[patch.upstream.first-pr\] has unknown keys \['colour'\]"):
+    with pytest.raises(PatchsetError, match=r"\[\[patch.upstream.diff-pr\]\] has unknown keys \['colour'\]"):
         load_patchset(fp.sources.patchset_toml)
     fp.set_toml(fp.toml().replace('colour = "blue"\n', "").replace('measured = """\nNo speed change.\n"""\n', ""))
-    with pytest.raises(PatchsetError, match=r"\[patch.upstream.first-pr\] lacks measured"):
+    with pytest.raises(PatchsetError, match=r"\[\[patch.upstream.diff-pr\]\] lacks measured"):
         load_patchset(fp.sources.patchset_toml)
 
 
-def test_real_first_pr_applies_to_the_installed_release(tmp_path):
-    """The real patch's first PR: its diff applies to the installed package's release and passes the
-    pasteability checks (skipped where that release is not installed)."""
-    import importlib.metadata
+SECOND_DIFF = """\
+diff --git a/fakeao/passes.py b/fakeao/passes.py
+--- a/fakeao/passes.py
++++ b/fakeao/passes.py
+@@ -1,2 +1,3 @@
+ def register():
+     registry.add(run)
++    cleanup()
+"""
 
-    from tools.common import PATCHSET_TOML, REPO_ROOT
-    from tools.export_pr_split import export_first_pr
+
+def _two_diff_prs(fp, own_pr=True):
+    """gamma with a second diff PR, made on fakeao 1.0 with the first applied (it needs the first's line)."""
+    (fp.root / "upstream-prs/second.diff").write_text(SECOND_DIFF)
+    toml = fp.toml() + '''
+[[patch.upstream.diff-pr]]
+name = "gamma-fixes"
+title = "Fix gamma's pass"
+diff = "upstream-prs/second.diff"
+package = "fakeao"
+version = "1.0"
+test-plan = ["python test/test_passes.py"]
+summary = """
+The fixes alone.
+"""
+measured = """
+No speed change.
+"""
+'''
+    if not own_pr:
+        toml = toml.replace('repo = "pytorch/ao"\n', 'repo = "pytorch/ao"\nown-pr = false\n', 1)
+    fp.set_toml(toml)
+    generate_fake(fp)
+    return fp
+
+
+def test_export_pr_writes_diff_prs_in_order(fake_generated, tmp_path, monkeypatch):
+    """A second diff PR applies on the release with the first applied; it depends on the first, the patch's own
+    PR on both."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _two_diff_prs(_split_patchset(fake_generated, tmp_path))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    assert (out / "gamma-fixes/files" / PKG_FILE).read_text() == "def register():\n    registry.add(run)\n    cleanup()\n"
+    assert (out / "gamma-registry-client/files" / PKG_FILE).read_text() == "def register():\n    registry.add(run)\n"
+    pr2 = (out / "gamma-fixes/PR.md").read_text()
+    assert 'Depends on the pytorch/ao PR "Register gamma\'s pass through the registry".' in pr2
+    assert "pytorch/pytorch" not in pr2
+    own = (out / "inductor-gamma/PR.md").read_text()
+    assert 'Depends on the pytorch/ao PR "Register gamma\'s pass through the registry".' in own
+    assert 'Depends on the pytorch/ao PR "Fix gamma\'s pass".' in own
+
+
+def test_export_pr_own_pr_false(fake_generated, tmp_path, monkeypatch):
+    """own-pr = false: only the diff PRs are written; the patch's own files stay in the fork, and it needs no
+    summary or test plan for them. Without a diff PR it would propose nothing: refused when loaded."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _two_diff_prs(_split_patchset(fake_generated, tmp_path), own_pr=False)
+    fp.set_toml(fp.toml().replace('summary = """\nGamma, for fakeao, on top of the registry client.\n"""\n', ""))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    assert sorted(f.name for f in out.iterdir() if f.is_dir()) == ["gamma-fixes", "gamma-registry-client", "repo"]
+    toml = fp.toml()
+    fp.set_toml(toml[: toml.index("[[patch.upstream.diff-pr]]")])
+    with pytest.raises(PatchsetError, match="own-pr = false proposes nothing"):
+        fp.sources.load()
+
+
+def test_diff_prs_share_one_release(fake_generated, tmp_path):
+    fp = _two_diff_prs(_split_patchset(fake_generated, tmp_path))
+    fp.set_toml(fp.toml().replace('version = "1.0"\ntest-plan = ["python test/test_passes.py"]\nsummary = """\nThe fixes',
+                                  'version = "1.1"\ntest-plan = ["python test/test_passes.py"]\nsummary = """\nThe fixes'))
+    with pytest.raises(PatchsetError, match="all need one package and version"):
+        fp.sources.load()
+
+
+def _real_diff_prs():
+    from tools.common import PATCHSET_TOML
+
+    split = [p for p in load_patchset(PATCHSET_TOML).patches if p.upstream and p.upstream.diff_prs]
+    assert split, "no patch has [[patch.upstream.diff-pr]]"
+    return split
+
+
+def _real_release(dp):
+    from tools.export_pr_split import release_files
+
+    try:
+        return release_files(dp)
+    except PatchsetError:
+        pytest.skip(f"{dp.package} {dp.version} is neither installed nor in the cache")
+
+
+def test_real_diff_prs_apply_to_the_release(tmp_path):
+    """The real patch's diff PRs: each applies, in order, to the package's release (installed here at that version,
+    else its cached wheel) and passes the pasteability checks."""
+    from tools.common import REPO_ROOT
+    from tools.export_pr_split import export_diff_prs
     from tools.prmd import ForkPaths
 
-    split = [p for p in load_patchset(PATCHSET_TOML).patches if p.upstream and p.upstream.first_pr]
-    assert split, "no patch has [patch.upstream.first-pr]"
-    for p in split:
-        fp = p.upstream.first_pr
-        try:
-            installed = importlib.metadata.version(fp.package)
-        except importlib.metadata.PackageNotFoundError:
-            installed = None
-        if installed != fp.version:
-            pytest.skip(f"{fp.package} {fp.version} is not installed")
-        name, findings = export_first_pr(REPO_ROOT, p, tmp_path, [], ForkPaths.of(REPO_ROOT), None)
+    for p in _real_diff_prs():
+        metas, findings = export_diff_prs(REPO_ROOT, p, tmp_path / p.name, [], ForkPaths.of(REPO_ROOT), None,
+                                          _real_release(p.upstream.diff_prs[0]))
         assert findings == []
-        assert (tmp_path / name / "PR.md").read_text().startswith(f"# {fp.title}\n")
+        for m, dp in zip(metas, p.upstream.diff_prs, strict=True):
+            assert (tmp_path / p.name / m.name / "PR.md").read_text().startswith(f"# {dp.title}\n")
+
+
+FIXES = "da8w4-concat-linear-fixes"
+
+
+@pytest.mark.slow
+def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
+    """torchao's test file as the fixes PR leaves it, run on torchao's release with the registry client PR applied
+    (its test fails: the replaced constants are kept, new nodes lack fake metadata) and with the fixes applied too
+    (it passes). Needs torchao at that version installed here and a CPU kernel for torchao::da8w4_linear_cpu (this
+    checkout's, built into build/csrc/, or where DA8W4_LINEAR_CPU_LIB points)."""
+    import importlib.metadata
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tools.common import REPO_ROOT
+    from tools.export_pr_split import export_diff_prs
+    from tools.prmd import ForkPaths
+
+    (p,) = [p for p in _real_diff_prs() if any(dp.name == FIXES for dp in p.upstream.diff_prs)]
+    dp = next(dp for dp in p.upstream.diff_prs if dp.name == FIXES)
+    try:
+        installed = importlib.metadata.version(dp.package)
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    sys.path.insert(0, str(REPO_ROOT / "csrc"))
+    try:
+        import da8w4_linear_cpu
+    finally:
+        sys.path.pop(0)
+    lib = Path(da8w4_linear_cpu.default_path())
+    if installed != dp.version or not lib.is_file():
+        pytest.skip(f"needs {dp.package} {dp.version} installed and {lib}")
+    export_diff_prs(REPO_ROOT, p, tmp_path, [], ForkPaths.of(REPO_ROOT), None, _real_release(dp))
+    before, after = tmp_path / p.upstream.diff_prs[0].name / "files", tmp_path / FIXES / "files"
+    module = "torchao/prototype/inductor/fx_passes/da8w4_concat_linear_fusion_cpu.py"
+    test = after / "test/prototype/inductor/test_da8w4_concat_linear_fusion_cpu.py"
+    # the pass module of each state shadows the installed one (same package, path first), the kernel loaded first
+    runner = (
+        "import importlib.util, runpy, sys\n"
+        "import torch, torchao\n"
+        "spec = importlib.util.spec_from_file_location('torchao.prototype.inductor.fx_passes."
+        "da8w4_concat_linear_fusion_cpu', sys.argv[1])\n"
+        "mod = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mod; spec.loader.exec_module(mod)\n"
+        "import torchao.prototype.inductor.fx_passes as fx; fx.da8w4_concat_linear_fusion_cpu = mod\n"
+        f"sys.path.insert(0, {str(REPO_ROOT / 'csrc')!r}); import da8w4_linear_cpu\n"
+        f"assert da8w4_linear_cpu.load({str(lib)!r})\n"
+        "sys.argv = [sys.argv[2], 'TestDa8w4ConcatLinearGraph']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    for state, ok in ((before, False), (after, True)):
+        r = subprocess.run([sys.executable, "-c", runner, str(state / module), str(test)], capture_output=True,
+                           text=True, timeout=300, check=False)
+        assert (r.returncode == 0) == ok, (state, r.stdout[-3000:] + r.stderr[-3000:])
+        assert ("Ran 1 test" in r.stderr), r.stderr[-3000:]

@@ -68,6 +68,13 @@ def test_real_pr_md_is_pasteable(tmp_path):
     for p in load_patchset().series(newest):
         if p.category != "upstreamable":
             continue
+        for dp in p.upstream.diff_prs:
+            text = (out / dp.name / "PR.md").read_text()
+            assert text.startswith(f"# {dp.title}\n\n## Summary\n\n{unwrap(dp.summary)}\n"), dp.name
+            assert len(dp.summary.split()) <= 300 and "## Measured\n" in text, dp.name
+        if not p.upstream.own_pr:
+            assert not (out / p.name).exists(), p.name  # its own files stay in the fork
+            continue
         text = (out / p.name / "PR.md").read_text()
         title = p.upstream.title or p.subject
         assert text.startswith(f"# {title}\n\n## Summary\n\n{unwrap(p.upstream.summary)}\n"), p.name
