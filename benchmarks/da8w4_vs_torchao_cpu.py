@@ -22,6 +22,12 @@ TMUL, per core) * 2 * the clock in --clock-ghz (default: the largest "cpu MHz" i
 
 --variant NAME:VAR=VALUE[,VAR=VALUE] adds a run of our kernel with those environment
 variables (for example a forced ISA path), reported as one more ratio column.
+
+The ceiling beside both: a dense int8 GEMM of the same M x K x N on the same threads,
+``torch._int_mm`` (int8 x int8 -> int32, ATen's CPU implementation) in a third worker,
+alternated with the others; its % of peak is printed next to ours. Which library ran it is
+read from one call under ONEDNN_VERBOSE=1 (oneDNN prints each primitive it runs, with its
+ISA, e.g. brgemm:avx512_core_amx); "ATen (no oneDNN primitive)" when none is printed.
 torchao's build flags are those of its setup.py on an AVX512-VNNI host:
 -O3 -march=native -fopenmp -DCPU_CAPABILITY_AVX512 -DCPU_CAPABILITY_AVX512_VNNI.
 """
@@ -127,8 +133,39 @@ def time_op(fn, min_time, reps):
     return statistics.median(times)
 
 
+def dense_worker(args):
+    """torch._int_mm on int8 operands of each shape's M x K x N: the dense int8 GEMM
+    ceiling (no int4 unpacking, no per-group rescale, no activation quantization)."""
+    results = {}
+    for name in args.shapes:
+        k, n = SHAPES[name]
+        gen = torch.Generator().manual_seed(k + n)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen)
+        for m in args.ms:
+            # _int_mm asks M > 16 on some paths: pad small M up, time the padded call
+            a = torch.randint(-128, 128, (max(m, 17), k), dtype=torch.int8, generator=gen)
+            results[f"{name}:{m}"] = time_op(lambda: torch._int_mm(a, b), args.min_time, args.reps)  # noqa: B023
+    with open(args.result, "w") as f:
+        json.dump(results, f)
+
+
+def dense_library(args) -> str:
+    """Which library runs torch._int_mm here: one call under ONEDNN_VERBOSE=1."""
+    k, n = SHAPES[args.shapes[0]]
+    code = (f"import torch; torch.set_num_threads({args.threads}); "
+            f"torch._int_mm(torch.ones(64, {k}, dtype=torch.int8), torch.ones({k}, {n}, dtype=torch.int8))")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ONEDNN_VERBOSE="1"),
+                         capture_output=True, text=True).stdout
+    # onednn_verbose,v1,primitive,exec,cpu,<kind>,<implementation>,...
+    rows = [line.split(",") for line in out.splitlines() if line.startswith("onednn_verbose")]
+    prims = sorted({f"{r[5]}:{r[6] or '-'}" for r in rows if len(r) > 6 and r[2:5] == ["primitive", "exec", "cpu"]})
+    return "oneDNN " + " ".join(prims) if prims else "ATen (no oneDNN primitive)"
+
+
 def worker(args):
     torch.set_num_threads(args.threads)
+    if args.worker == "dense":
+        return dense_worker(args)
     if args.worker == "torchao":
         load_torchao(torchao_source(args.torchao_src), args.build_dir)
     else:
@@ -227,7 +264,7 @@ def main():
     parser.add_argument("--variant", action="append", default=[], help="NAME:VAR=VALUE[,VAR=VALUE]")
     parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "torchao_da8w4_build"))
     parser.add_argument("--json", help="also write the results here (and each finished worker's times to JSON.partial)")
-    parser.add_argument("--worker", choices=("ours", "torchao"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("ours", "torchao", "dense"), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
     parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
@@ -250,15 +287,15 @@ def main():
         subprocess.run([sys.executable, __file__, "--worker", "torchao", "--build-only", "--threads", "1",
                         "--torchao-src", args.torchao_src, "--build-dir", args.build_dir, "--result", "-"], check=True)
         print(f"  built in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-        runs = {"torchao": [], "ours": [], **{name: [] for name, _ in variants}}
+        runs = {"torchao": [], "ours": [], "dense": [], **{name: [] for name, _ in variants}}
         for r in range(args.rounds):
-            order = [("torchao", "torchao", None), ("ours", "ours", None)] + [
+            order = [("torchao", "torchao", None), ("ours", "ours", None), ("dense", "dense", None)] + [
                 (name, "ours", env) for name, env in variants]
             if r % 2:
                 order.reverse()
             for tag, kind, env in order:
                 print(f"round {r}: {tag}", file=sys.stderr, flush=True)
-                runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and tag in ("torchao", "ours"))))
+                runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and kind != "dense" and tag in ("torchao", "ours"))))
                 if args.json:  # every finished worker's times (s per call), in case the run is cut short
                     with open(args.json + ".partial", "w") as f:
                         json.dump(runs, f)
@@ -267,31 +304,36 @@ def main():
         print(f"Machine: {machine(args.threads)}; group_size {args.group_size}; bf16 output; asymmetric uint8 "
               f"activation; warm cache; {args.rounds} rounds of alternating processes, medians; "
               f"peak assumed: {args.threads} cores x 1024 int8 MAC/cycle x {clock:.2f} GHz = {peak / 1e12:.1f} TOPS")
+        library = dense_library(args)
+        print(f"dense int8 GEMM: torch._int_mm, run by {library}")
         print()
         extra = "".join(f" {name} ratio |" for name, _ in variants)
         print(f"| shape | M | torchao (us) | ours (us) | torchao / ours |{extra} torchao % peak | ours % peak "
-              "| max diff (bf16 ulp) | identical | rel. diff | page faults per call, torchao / ours |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|---:|")
+              "| int8 GEMM % peak | max diff (bf16 ulp) | identical | rel. diff | page faults per call, torchao / ours |")
+        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|---:|---:|")
         table = []
         for name in args.shapes:
             k, n = SHAPES[name]
             for m in args.ms:
                 key = f"{name}:{m}"
-                ta, to = med["torchao"][key], med["ours"][key]
+                ta, to, td = med["torchao"][key], med["ours"][key], med["dense"][key]
                 ops = 2 * m * n * k
                 ulps, same, rel = compare(os.path.join(tmp, "out_torchao_0"), os.path.join(tmp, "out_ours_0"), name, m)
                 vcols = "".join(f" {ta / med[v][key]:.2f}x |" for v, _ in variants)
                 fa, fo = med["torchao"].get("minflt:" + key, -1), med["ours"].get("minflt:" + key, -1)
                 print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
-                      f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {ulps:.0f} | {100 * same:.1f}% | "
+                      f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {100 * ops / td / peak:.1f}% | "
+                      f"{ulps:.0f} | {100 * same:.1f}% | "
                       f"{rel:.1e} | {fa:.0f} / {fo:.0f} |", flush=True)
-                table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, ulps=ulps, identical=same,
+                table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, dense_int8_s=td, ulps=ulps,
+                                  identical=same,
                                   rel=rel, torchao_minflt=fa, ours_minflt=fo,
                                   **{f"{v}_s": med[v][key] for v, _ in variants},
                                   **{f"{v}_minflt": med[v].get("minflt:" + key, -1) for v, _ in variants}))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(dict(machine=machine(args.threads), clock_ghz=clock, rows=table), f, indent=1)
+                json.dump(dict(machine=machine(args.threads), clock_ghz=clock, dense_library=library, rows=table), f,
+                          indent=1)
 
 
 if __name__ == "__main__":
