@@ -370,6 +370,14 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual((long_k.form, long_k.counter), ("mm", "roofline"))
             short_k = cost.decide(cuda_site((128, 128, 128), 1024))
             self.assertEqual((short_k.form, short_k.counter), (None, "compute_bound"))
+            # compute-bound over a long K loop, but too little to save
+            thin_gain = cost.decide(cuda_site((2048, 2048), 4096))
+            self.assertEqual(
+                (thin_gain.form, thin_gain.counter), (None, "compute_bound")
+            )
+            # memory-bound with a K tail: the per-piece loops need more
+            tail_low = cost.decide(cuda_site((8, 120), 1024))
+            self.assertEqual((tail_low.form, tail_low.counter), (None, "below_bound"))
             # a masked K tail (the per-piece loops layout): taken where the
             # site is memory-bound, left to max_autotune where it is not
             tail = cost.decide(cuda_site((128, 351), 256))
@@ -396,6 +404,20 @@ class CatLinearFusedTest(TestCase):
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))
+
+    def test_cat_linear_default_config_fits_small_shared_memory(self):
+        # where no config of the one-loop layout's K tile fits, the next K
+        # tile's and then the per-piece loops' are tried before declining
+        from torch._inductor.kernel import cat_linear as kernel
+
+        for smem, widths in ((65536, (64, 64)), (32768, (64, 64)), (32768, (40, 24))):
+            with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=smem):
+                cfg = kernel._default_config(256, widths, 2)
+            self.assertIsNotNone(cfg, (smem, widths))
+            need = cfg["num_stages"] * (cfg["BLOCK_M"] + cfg["BLOCK_N"])
+            self.assertLessEqual(need * cfg["BLOCK_K"] * 2 + 128, smem)
+        with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=8192):
+            self.assertIsNone(kernel._default_config(256, (64, 64), 2))
 
     def test_cat_linear_ridge_point_from_inductor_figures(self):
         with h100_figures():
@@ -533,6 +555,23 @@ class CatLinearFusedTest(TestCase):
             one_loop.check("tl.where(in_a1").run(code)
         else:
             one_loop.check_not("tl.where(in_a1").run(code)
+
+    @requires_cuda_and_triton
+    def test_cat_linear_cuda_one_loop_strided_pieces(self):
+        # whole tiles of 32 only (the one loop at BLOCK_K 32), one piece
+        # transposed (strides (1, rows)) and one a column slice (an offset)
+        def fn(x, y, w, b):
+            return F.linear(torch.cat([x.t(), y[:, 4:36]], -1), w, b)
+
+        args = [
+            torch.randn(96, 256, device="cuda", dtype=torch.bfloat16),
+            torch.randn(256, 100, device="cuda", dtype=torch.bfloat16),
+            torch.randn(64, 128, device="cuda", dtype=torch.bfloat16),
+            torch.randn(64, device="cuda", dtype=torch.bfloat16),
+        ]
+        with torch.no_grad():
+            (code,) = self.common(fn, args, 1, "mm")
+        FileCheck().check("def triton_tem_").check("tl.where(in_a1").run(code)
 
     @requires_cuda_and_triton
     @parametrize("dynamic", ["rows", "all"])

@@ -41,10 +41,10 @@ COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
-# The K tile of the template's one-loop layout (the template also takes 32
-# where the pieces are whole tiles of that only): pieces of whole tiles are
-# read tile by tile from one pipelined loop.
-ONE_LOOP_BLOCK_K = 32
+# The K tiles of the template's one-loop layout, in the order the default
+# mode tries them: where every piece is whole tiles of one of them, the
+# pieces are read tile by tile from one pipelined loop.
+ONE_LOOP_BLOCK_KS = (64, 32)
 
 
 def has_template(device: torch.device, dtype: torch.dtype) -> bool:
@@ -107,7 +107,9 @@ class CatLinearSite:
     def one_loop(self) -> bool:
         """Whether the template reads the pieces in its one-loop layout (every
         piece whole K tiles); else in per-piece loops with a masked tail."""
-        return all(w % ONE_LOOP_BLOCK_K == 0 for w in self.widths)
+        return any(
+            all(w % block_k == 0 for w in self.widths) for block_k in ONE_LOOP_BLOCK_KS
+        )
 
     @property
     def itemsize(self) -> int:

@@ -35,7 +35,7 @@ import sympy
 import torch
 
 from .. import config
-from ..fx_passes.cat_linear_fused_cost import has_template
+from ..fx_passes.cat_linear_fused_cost import has_template, ONE_LOOP_BLOCK_KS
 from ..ir import Buffer, FixedLayout
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
@@ -118,12 +118,12 @@ def why_no_template(
     """Why the in-place template cannot compute an ``M x n`` site here (None:
     it can), asked before the site is taken: on a CPU, in another dtype, on a
     GPU too small for Triton templates, with the Triton GEMM backend off, or
-    without the shared memory for any of the default configs."""
+    without the shared memory for every default config."""
     layout = FixedLayout(device, dtype, [1, n])
     if not can_use_template(layout):
         return f"no in-place template for {dtype} on {device} with these backends"
     autotune = config.max_autotune or config.max_autotune_gemm
-    if not autotune and _default_config(n, widths) is None:
+    if not autotune and _default_config(n, widths, dtype.itemsize) is None:
         return "no default config fits the shared memory"
     return None
 
@@ -135,34 +135,40 @@ def _whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
     )
 
 
-def _layout(cfg: dict[str, Any], widths: Sequence[Any]) -> dict[str, Any] | None:
-    """``cfg`` with the template's layout flags (ONE_LOOP where every piece
+def _layout(
+    cfg: dict[str, Any], widths: Sequence[Any], itemsize: int
+) -> dict[str, Any] | None:
+    """``cfg`` with the template's layout flag (ONE_LOOP where every piece
     is whole tiles of its BLOCK_K, else the per-piece loops at no more than
     ``LOOPS_MAX_STAGES``), or None where its buffers do not fit the shared
-    memory (one tile of a piece and one of the weight per stage)."""
+    memory (one tile of a piece and one of the weight per stage, and the
+    pipeline's barriers, as Inductor's mm templates count them)."""
     one_loop = _whole_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
-    itemsize = 2  # the template takes 16-bit inputs only
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
-    if need > get_gpu_shared_memory():
+    if need + 128 > get_gpu_shared_memory():
         return None
-    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=one_loop)
+    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop)
 
 
-def _default_config(n: Any, widths: Sequence[Any]) -> dict[str, Any] | None:
+def _default_config(
+    n: Any, widths: Sequence[Any], itemsize: int
+) -> dict[str, Any] | None:
+    """The first of the default configs that fits: the one-loop layout's at
+    each K tile every piece is whole tiles of, then the per-piece loops'."""
     narrow = (
         isinstance(n, int)
         and n <= 64
         or (not isinstance(n, int) and V.graph.sizevars.statically_known_leq(n, 64))
     )
-    candidates = []
-    for block_k in (64, 32):
-        if _whole_tiles(widths, block_k):
-            table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
-            candidates = table[block_k]
-            break
-    else:
-        candidates = _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
+    one_loop_table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
+    candidates = [
+        cfg
+        for block_k in ONE_LOOP_BLOCK_KS
+        if _whole_tiles(widths, block_k)
+        for cfg in one_loop_table[block_k]
+    ]
+    candidates += _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
     for block_m, block_n, block_k, warps, stages in candidates:
         cfg = _layout(
             dict(
@@ -174,6 +180,7 @@ def _default_config(n: Any, widths: Sequence[Any]) -> dict[str, Any] | None:
                 GROUP_M=8,
             ),
             widths,
+            itemsize,
         )
         if cfg is not None:
             return cfg
@@ -199,7 +206,7 @@ def _heuristic_configs(
             for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")
         }
         cfg["num_stages"] = kwargs["num_stages"]
-        laid_out = _layout(cfg, widths)
+        laid_out = _layout(cfg, widths, layout.dtype.itemsize)
         if laid_out is not None:
             configs[tuple(sorted(laid_out.items()))] = laid_out
     return list(configs.values())
@@ -214,7 +221,7 @@ def _template_choices(
     if autotune:
         configs = _heuristic_configs(m, widths, mat2, layout)
     else:
-        default = _default_config(n, widths)
+        default = _default_config(n, widths, layout.dtype.itemsize)
         configs = [] if default is None else [default]
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     epilogue: dict[str, Any] = {}
