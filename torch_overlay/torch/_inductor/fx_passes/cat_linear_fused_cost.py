@@ -15,8 +15,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import Any, TYPE_CHECKING
+
+import sympy
 
 import torch
+
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,14 @@ MAX_PARTS = 4
 # mode tries them: where every piece is whole tiles of one of them, the
 # pieces are read tile by tile from one pipelined loop.
 ONE_LOOP_BLOCK_KS = (64, 32)
+
+
+def whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
+    """Whether every piece is whole K tiles of ``block_k`` (static widths:
+    ints, or sympy integers at lowering)."""
+    return all(
+        isinstance(w, (int, sympy.Integer)) and int(w) % block_k == 0 for w in widths
+    )
 
 
 def has_template(device: torch.device, dtype: torch.dtype) -> bool:
@@ -107,9 +122,7 @@ class CatLinearSite:
     def one_loop(self) -> bool:
         """Whether the template reads the pieces in its one-loop layout (every
         piece whole K tiles); else in per-piece loops with a masked tail."""
-        return any(
-            all(w % block_k == 0 for w in self.widths) for block_k in ONE_LOOP_BLOCK_KS
-        )
+        return any(whole_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS)
 
     @property
     def itemsize(self) -> int:

@@ -30,12 +30,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
-import sympy
-
 import torch
 
 from .. import config
-from ..fx_passes.cat_linear_fused_cost import has_template, ONE_LOOP_BLOCK_KS
+from ..fx_passes.cat_linear_fused_cost import (
+    has_template,
+    ONE_LOOP_BLOCK_KS,
+    whole_tiles,
+)
 from ..ir import Buffer, FixedLayout
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
@@ -128,13 +130,6 @@ def why_no_template(
     return None
 
 
-def _whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
-    # the lowering takes static widths only (it declines symbolic ones)
-    return all(
-        isinstance(w, (int, sympy.Integer)) and int(w) % block_k == 0 for w in widths
-    )
-
-
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int
 ) -> dict[str, Any] | None:
@@ -143,7 +138,7 @@ def _layout(
     ``LOOPS_MAX_STAGES``), or None where its buffers do not fit the shared
     memory (one tile of a piece and one of the weight per stage, and the
     pipeline's barriers, as Inductor's mm templates count them)."""
-    one_loop = _whole_tiles(widths, cfg["BLOCK_K"])
+    one_loop = whole_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
@@ -165,7 +160,7 @@ def _default_config(
     candidates = [
         cfg
         for block_k in ONE_LOOP_BLOCK_KS
-        if _whole_tiles(widths, block_k)
+        if whole_tiles(widths, block_k)
         for cfg in one_loop_table[block_k]
     ]
     candidates += _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
