@@ -385,22 +385,16 @@ class CatLinearFusedTest(TestCase):
             wide = cost.decide(cuda_site((128, 351), 2048))
             self.assertEqual((wide.form, wide.counter), (None, "k_tail"))
             # pieces made by pointwise ops: stock writes them straight into
-            # the cat, so they save only where the template reads them from
-            # the producer's sources: a prologue fusion, which only the
-            # per-piece loops layout (a K tail) has
+            # the cat and the template reads them from their own buffers (no
+            # 16-bit prologue fuses), so they save nothing in either layout
             made = [True, True]
-            fused = cost.decide(
-                cuda_site((128, 351), 256, produced=made, prologue_fusion=True)
-            )
-            self.assertEqual(fused.form, "mm")
-            apart = cost.decide(
-                cuda_site((128, 351), 256, produced=made, prologue_fusion=False)
-            )
-            self.assertEqual((apart.form, apart.counter), (None, "screened"))
-            whole = cost.decide(
-                cuda_site((256, 256), 160, produced=made, prologue_fusion=True)
-            )
+            tail_made = cost.decide(cuda_site((128, 351), 256, produced=made))
+            self.assertEqual((tail_made.form, tail_made.counter), (None, "screened"))
+            whole = cost.decide(cuda_site((256, 256), 160, produced=made))
             self.assertEqual((whole.form, whole.counter), (None, "screened"))
+            # one piece in place still saves its own traffic
+            half = cost.decide(cuda_site((256, 256), 160, produced=[True, False]))
+            self.assertEqual((half.form, half.counter), ("mm", "roofline"))
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))

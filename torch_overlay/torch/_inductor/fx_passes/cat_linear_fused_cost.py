@@ -111,8 +111,6 @@ class CatLinearSite:
     # Per part: written by a pointwise op that stock fuses into the cat.
     produced: tuple[bool, ...]
     max_autotune: bool = False
-    # Inductor may fuse a piece's pointwise producer into the template's loads
-    prologue_fusion: bool = False
 
     @property
     def k(self) -> int:
@@ -137,15 +135,13 @@ class CatLinearSite:
         return roofline(*self._gemm_flops_bytes(), ridge)
 
     def saved_bytes(self) -> float:
-        """The cat traffic a form saves: a write and a read of each piece.
-        Stock writes a pointwise producer's output straight into the cat, so
-        such a piece saves as much only where the template reads it from
-        the producer's sources (a prologue fusion: ``prologue_fusion``, in
-        the per-piece loops layout, which loads pieces through
-        ``load_input``); else the producer writes a buffer of its own and
-        the piece saves nothing."""
-        fused = self.prologue_fusion and not self.one_loop
-        saved = sum(w for w, p in zip(self.widths, self.produced) if not p or fused)
+        """The cat traffic a form saves: a write and a read of each piece
+        that is not made by a pointwise op.  Stock writes such a piece
+        straight into the cat; the template reads it from a buffer of its
+        own, since Inductor fuses no prologue that computes in 16-bit
+        dtypes into a 16-bit template (``Scheduler``'s prologue heuristics),
+        so the piece saves nothing."""
+        saved = sum(w for w, p in zip(self.widths, self.produced) if not p)
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:

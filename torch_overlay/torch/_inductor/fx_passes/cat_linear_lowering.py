@@ -179,7 +179,6 @@ def site(match: Match) -> cost.CatLinearSite:
         device=out.device,
         produced=tuple(_is_fused_producer(p) for p in parts),
         max_autotune=config.max_autotune or config.max_autotune_gemm,
-        prologue_fusion=config.prologue_fusion,
     )
 
 

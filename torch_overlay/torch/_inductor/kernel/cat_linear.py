@@ -9,8 +9,8 @@ the form it chose:
   bias as its epilogue as in ``tuned_addmm``.  Pieces of whole K tiles take
   one K loop over the cat, pipelined as deep as the mm template's, each tile
   read from its piece; other widths one masked K loop per piece, which reads
-  the pieces through ``load_input`` (so a pointwise producer can be fused in
-  as a prologue).  By default one config and no benchmark; under
+  the pieces through ``load_input`` (a prologue the scheduler accepts fuses
+  in).  By default one config and no benchmark; under
   ``max_autotune`` the configs of Inductor's mm heuristic for the full
   ``M x K x N`` problem, next to the extern ``cat`` + ``mm`` on the
   materialized cat, through ``autotune_select_algorithm``.  Where no Triton
