@@ -157,6 +157,13 @@ def worker(args):
     CacheBase.get_system()
     system_key_s = time.perf_counter() - t0
     pass_s, profile = time_the_pass(args.profile_pass and args.variant == "patched")
+    if args.ready_pool:
+        # Inductor compiles a kernel in its own process until the compile workers
+        # answer (AsyncCompile.use_process_pool); a long model compile has them
+        # ready by its first kernel, a short one compiles many kernels serially.
+        from torch._inductor.async_compile import AsyncCompile
+
+        AsyncCompile.wait_pool_ready()
     counters.clear()
     torch._dynamo.utils.reset_frame_count()
     step = make_step(model, torch.compile(model), dtype)
@@ -194,6 +201,8 @@ def worker(args):
         "mode": args.mode, "variant": args.variant, "compile_s": compile_s,
         "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear"],
         "counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")},
+        "async_compile_cache_hit": counters["inductor"]["async_compile_cache_hit"],
+        "ready_pool": args.ready_pool,
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
         "phases_s": phases, "pass_s": pass_s[0], "lower_s": pass_s[1], "system_key_s": system_key_s, "pass_profile": profile_top(profile),
@@ -297,6 +306,8 @@ def run_worker(args, mode, variant):
             cmd.append("--max-autotune")
         if args.profile_pass:
             cmd.append("--profile-pass")
+        if args.ready_pool:
+            cmd.append("--ready-pool")
         # Own process group, so that a timeout also ends its compile workers.
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)  # fmt: skip
@@ -341,6 +352,8 @@ def summarize(mode, runs):
         "ok": all(r["ok"] for r in s + p + aa),
     }  # fmt: skip
     row["phase_deltas"] = phase_deltas(s, p)
+    # kernels whose source an earlier site already compiled (identical sites share one)
+    row["async_compile_cache_hits"] = [med(s, "async_compile_cache_hit"), med(p, "async_compile_cache_hit")]
     # The check's own wall time (all graphs of one process), and its share of
     # stock's compile: with no site rewritten, the code generated is stock's
     # and this is the whole of what the lowering adds.  Then the lowering of the
@@ -365,7 +378,8 @@ def markdown(meta, rows):
     out = [
         f"{meta['machine']}, torch {meta['torch']}, {meta['dtype']}, batch {meta['batch']}, "
         f"{rows[0]['sites']} cat+linear sites. Compile: cold caches, one process each, median "
-        "(spread). Step: median over processes. Error: max |x - fp32| / max |fp32|.",
+        f"(spread){', compile workers ready first' if meta.get('ready_pool') else ''}. "
+        "Step: median over processes. Error: max |x - fp32| / max |fp32|.",
         "",
         "| mode | processes stock/patched/A-A | sites rewritten | compile s stock "
         "| compile s patched | patched/stock | overhead s (per site) | A/A | device µs stock "
@@ -395,6 +409,10 @@ def markdown(meta, rows):
             out += ["", f"{r['mode']}: compile phases that grew most, median s stock -> patched (dynamo's timers):"]
             out += [f"- {d['phase']}: {d['stock_s']:.3f} -> {d['patched_s']:.3f} ({d['delta_s']:+.3f})"
                     for d in r["phase_deltas"]]
+        hits = r.get("async_compile_cache_hits")
+        if hits and None not in hits:
+            out += ["", f"{r['mode']}: kernels shared by source (async_compile cache hits), stock / patched: "
+                    f"{hits[0]:.0f} / {hits[1]:.0f}"]
         if r.get("pass_s_patched") is not None:
             out += ["", f"{r['mode']}: the per-site check's own time (median per process): "
                     f"{r['pass_s_patched']:.3f} s, {f(r['pass_share_of_compile'], '%.3f')} "
@@ -419,6 +437,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round that would end later")
     ap.add_argument("--worker-timeout-s", type=float, default=180.0)
     ap.add_argument("--max-autotune", action="store_true", help="both variants under max_autotune")
+    ap.add_argument("--ready-pool", action="store_true",
+                    help="wait for Inductor's compile workers before the compile (as a long model compile finds them)")
     ap.add_argument("--profile-pass", action="store_true",
                     help="cProfile the pass in patched processes (its top functions in the JSON)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -463,7 +483,8 @@ def main(argv=None):
                 for line in r["decisions"]:
                     print(f"    {line}", flush=True)
     rows = [summarize(m, runs[m]) for m in args.modes if runs[m]["stock"] and runs[m]["patched"]]
-    meta.update(dtype=args.dtype, small=args.small, wall_s=round(time.perf_counter() - start, 1))
+    meta.update(dtype=args.dtype, small=args.small, ready_pool=args.ready_pool,
+                wall_s=round(time.perf_counter() - start, 1))
     print("\n" + (markdown(meta, rows) if rows else "no mode has both a stock and a patched run"),
           flush=True)  # fmt: skip
     if args.out:

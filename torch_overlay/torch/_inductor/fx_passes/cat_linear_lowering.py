@@ -44,6 +44,14 @@ from ..pattern_matcher import (
 from . import cat_linear_fused_cost as cost
 
 
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # the same helper under its earlier name
+    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined,no-redef]
+        size_hint as optimization_hint,
+    )
+
+
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
@@ -78,10 +86,7 @@ def _val(node: Any) -> torch.Tensor | None:
 def _hint(size: Any) -> int:
     """A size's value at trace time, without a guard (Inductor's fallback for
     an unbacked one)."""
-    if isinstance(size, int):
-        return size
-    hint = size.node.shape_env.size_hint(size.node.expr, allow_none=True)
-    return config.unbacked_symint_fallback if hint is None else int(hint)
+    return optimization_hint(size, fallback=config.unbacked_symint_fallback)
 
 
 def _is_fused_producer(node: torch.fx.Node) -> bool:
