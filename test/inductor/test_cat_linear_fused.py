@@ -163,10 +163,13 @@ class CatLinearFusedTest(TestCase):
         with self.assertRaisesRegex(Exception, "must be one of"):
             self.common(cat_linear, args, 0, "bogus")
 
-    def test_cat_linear_training_keeps_the_saved_cat(self):
-        # In training the partitioner saves the cat for the weight gradient:
-        # the forward's cat has a second user and stays; gradients match eager.
-        self.common(produced_cat_linear, make_inputs((8,), (16, 16), 8), 0, "view")
+    def test_cat_linear_training_keeps_the_cat_of_caller_tensors(self):
+        # In training the weight gradient reads the cat the forward saved
+        # (here the parts are the caller's tensors, which it may write before
+        # the backward): the forward's cat has a second user and stays;
+        # gradients match eager.
+        self.common(cat_linear, make_inputs((8,), (16, 16), 8), 0, "view")
+        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
 
     def test_cat_linear_frozen_weight_training(self):
         # Only the pieces need gradients: nothing saves the cat, the forward
@@ -471,13 +474,14 @@ class CatLinearFusedTest(TestCase):
     @given(
         widths=st.lists(st.sampled_from([8, 16, 24]), min_size=2, max_size=4),
         lead=st.sampled_from([(5,), (2, 3)]),
-        producer=st.sampled_from(["input", "relu", "dropout0", "no_grad"]),
+        producer=st.sampled_from(["input", "relu", "dropout0", "no_grad", "made"]),
         grads=st.sampled_from(["none", "all", "frozen_weight", "frozen_parts"]),
         bias=st.booleans(),
         write_after=st.booleans(),
+        dynamic_rows=st.booleans(),
     )
     def test_cat_linear_generated_programs(
-        self, widths, lead, producer, grads, bias, write_after
+        self, widths, lead, producer, grads, bias, write_after, dynamic_rows
     ):
         # Forced into the view form below autograd, every program matches eager
         # forward and backward, a caller's write to an input between them
@@ -489,6 +493,8 @@ class CatLinearFusedTest(TestCase):
                 parts[0] = torch.relu(parts[0])
             elif producer == "dropout0":
                 parts[0] = F.dropout(parts[0], 0.0)
+            elif producer == "made":
+                parts = [torch.relu(p) * 2.0 for p in parts]
             if producer == "no_grad":
                 with torch.no_grad():
                     x = torch.cat([p * 2.0 for p in parts], -1)
@@ -503,6 +509,10 @@ class CatLinearFusedTest(TestCase):
             for a in args[: len(widths)]:
                 a.requires_grad_(False)
         ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+        if dynamic_rows:
+            for a in args[: len(widths)]:
+                torch._dynamo.mark_dynamic(a, 0)
+        counters.clear()
         torch._dynamo.reset()
         with fusion("view"):
             out = torch.compile(fn)(*args)

@@ -27,6 +27,7 @@ its reason and counted under ``cat_linear_<reason>``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -72,6 +73,9 @@ def options() -> dict[str, Any] | None:
     return opts
 
 
+Decline = Callable[[str, str, torch.fx.Node], bool]
+
+
 def _decline(key: str, reason: str, node: torch.fx.Node) -> bool:
     log.debug("skipping cat_linear: %s at %s", reason, node)
     counters["inductor"][f"cat_linear_{key}"] += 1
@@ -110,7 +114,7 @@ def _parts(match: Match) -> list[torch.fx.Node] | None:
     return list(parts)
 
 
-def _cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
+def cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
     """The GEMM's input: the cat, or the view of it and the cat."""
     lhs = gemm.args[1 if gemm.target is aten.addmm.default else 0]
     assert isinstance(lhs, torch.fx.Node)
@@ -121,51 +125,58 @@ def _cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
     return [lhs, cat]
 
 
-def can_fuse_cat_mm(match: Match) -> bool:
+def can_fuse_cat_mm(
+    match: Match,
+    *,
+    weight_grad: torch.fx.Node | None = None,
+    decline: Decline = _decline,
+) -> bool:
     """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
-    3-D cat to 2-D) a site the lowering computes exactly?"""
+    3-D cat to 2-D) a site the lowering computes exactly?  ``weight_grad``: a
+    user of the cat to disregard (a weight gradient that a joint-graph pass
+    is about to compute per piece); ``decline``: what a decline does."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the pattern does not see addmm's keywords; the template's epilogue
         # adds the bias unscaled (and beta=0 must ignore a NaN bias)
-        return _decline("scaled", "addmm with beta or alpha other than 1", gemm)
-    if any(len(node.users) > 1 for node in _cat_chain(gemm)):
+        return decline("scaled", "addmm with beta or alpha other than 1", gemm)
+    if any(len(set(node.users) - {weight_grad}) > 1 for node in cat_chain(gemm)):
         # another user needs the cat in memory, so reading the pieces in place
-        # saves nothing (a training forward: the backward saves the cat)
-        return _decline("cat_users", "the cat has other users", gemm)
+        # saves nothing (a training forward whose weight gradient reads it)
+        return decline("cat_users", "the cat has other users", gemm)
     parts = _parts(match)
     if parts is None:
-        return _decline("not_nodes", "a part is not a graph node", gemm)
+        return decline("not_nodes", "a part is not a graph node", gemm)
     vals = [_val(p) for p in parts]
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
     if mat2 is None or out is None or any(v is None for v in vals):
-        return _decline("no_meta", "missing tensor metadata", gemm)
+        return decline("no_meta", "missing tensor metadata", gemm)
     rank = vals[0].dim()  # type: ignore[union-attr]
     dim = match.kwargs["dim"]
     if not 2 <= len(parts) <= cost.MAX_PARTS:
-        return _decline(
+        return decline(
             "num_parts", f"{len(parts)} parts, not 2 to {cost.MAX_PARTS}", gemm
         )
     if any(v.dim() != rank for v in vals) or rank != (  # type: ignore[union-attr]
         3 if "size" in match.kwargs else 2
     ):
-        return _decline("rank", "not 2-D parts, or 3-D ones viewed to 2-D", gemm)
+        return decline("rank", "not 2-D parts, or 3-D ones viewed to 2-D", gemm)
     if not isinstance(dim, int) or dim % rank != rank - 1:
-        return _decline("cat_dim", f"a cat on dim {dim}, not the last", gemm)
+        return decline("cat_dim", f"a cat on dim {dim}, not the last", gemm)
     widths = [v.shape[-1] for v in vals]  # type: ignore[union-attr]
     size = match.kwargs.get("size")
     if size is not None and (len(size) != 2 or size[1] != sum(widths)):
-        return _decline("view", f"a view of the cat to {size}", gemm)
+        return decline("view", f"a view of the cat to {size}", gemm)
     if any(not isinstance(w, int) or w <= 0 for w in widths):
         # a guard per symbolic width would specialize it
-        return _decline("width", "a symbolic or empty part width", gemm)
+        return decline("width", "a symbolic or empty part width", gemm)
     if not statically_known_true(sum(widths) == mat2.shape[0]):
-        return _decline("k", "mat2 does not match the cat's width", gemm)
+        return decline("k", "mat2 does not match the cat's width", gemm)
     dtypes = {v.dtype for v in (*vals, mat2, out)}  # type: ignore[union-attr]
     if len(dtypes) != 1 or not out.dtype.is_floating_point:
-        return _decline("dtype", f"mixed or non-floating dtypes {dtypes}", gemm)
+        return decline("dtype", f"mixed or non-floating dtypes {dtypes}", gemm)
     if len({v.device for v in (*vals, mat2)}) != 1:  # type: ignore[union-attr]
-        return _decline("devices", "operands on several devices", gemm)
+        return decline("devices", "operands on several devices", gemm)
     return True
 
 
@@ -187,22 +198,24 @@ def site(match: Match) -> cost.CatLinearSite:
     )
 
 
-def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
+def should_fuse_cat_mm(
+    match: Match, opts: dict[str, Any], decline: Decline = _decline
+) -> str | None:
     """The form the site takes, or None for stock."""
     gemm = match.output_node()
     form = opts.get("form")
     the_site = site(match)
     if form == "off":
-        _decline("off", "turned off", gemm)
+        decline("off", "turned off", gemm)
         return None
     if form == "view" and the_site.dtype.itemsize < 4:
         # each piece's product would be rounded before the sum
-        _decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
+        decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
         return None
     if form is None:
         decision = cost.decide(the_site)
         if decision.form is None:
-            _decline(decision.counter or "declined", decision.reason, gemm)
+            decline(decision.counter or "declined", decision.reason, gemm)
             return None
         form = decision.form
         log.debug(
@@ -220,7 +233,7 @@ def should_fuse_cat_mm(match: Match, opts: dict[str, Any]) -> str | None:
             the_site.device, the_site.dtype, the_site.n, the_site.widths
         )
         if why is not None:
-            _decline("no_template", why, gemm)
+            decline("no_template", why, gemm)
             return None
     return form
 
@@ -270,7 +283,7 @@ def _lower(match: Match, *, mat2: Any, form: str, **kwargs: Any) -> Any:
     )
 
 
-def _patterns() -> list[Any]:
+def patterns() -> list[Any]:
     cat = CallFunction(
         aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=MULTIPLE
     )
@@ -294,7 +307,7 @@ def _patterns() -> list[Any]:
 def register_cat_linear_lowerings(pass_dict: Any) -> None:
     """Register the ``cat_linear`` lowering patterns into ``pass_dict`` (one
     of ``post_grad.pass_patterns``)."""
-    for pattern in _patterns():
+    for pattern in patterns():
         register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
             _lower
         )

@@ -1,28 +1,18 @@
 """
-``mm(cat(parts, 1), mat2)`` (and ``addmm`` with a bias) without the cat.
+``mm(cat(parts, 1), mat2)`` (and ``addmm`` with a bias) without the cat, in
+the form the post-grad ``cat_linear`` lowering pattern
+(``fx_passes/cat_linear_lowering.py``) chose:
 
-The post-grad ``cat_linear`` lowering pattern (``fx_passes/cat_linear_lowering.py``)
-hands a site here once it decided that reading the pieces in place pays, in
-the form it chose:
-
-* ``"mm"``: a Triton template (``templates/triton_cat_mm.py.jinja``), the
-  bias as its epilogue as in ``tuned_addmm``.  Pieces of whole K tiles take
-  one K loop over the cat, pipelined as deep as the mm template's, each tile
-  read from its piece; other widths one masked K loop per piece, which reads
-  the pieces through ``load_input`` (a prologue the scheduler accepts fuses
-  in).  By default one config and no benchmark; under
-  ``max_autotune`` the configs of Inductor's mm heuristic for the full
-  ``M x K x N`` problem, next to the extern ``cat`` + ``mm`` on the
-  materialized cat, through ``autotune_select_algorithm``.  Where no Triton
-  template applies (not a GPU, another dtype, the Triton backend off, no config
-  that fits) the lowering pattern declines the site before it is taken
-  (``why_no_template``); should one still get here, it lowers to ``cat`` +
+* ``"mm"``: a Triton template (``templates/triton_cat_mm.py.jinja``, whose
+  header describes its two loop layouts), the bias as its epilogue as in
+  ``tuned_addmm``.  By default one config and no benchmark; under
+  ``max_autotune`` the configs of Inductor's mm heuristic for the
+  ``M x K x N`` problem, next to the extern ``cat`` + ``mm``.  Where no
+  template applies the pattern declines the site first
+  (``why_no_template``); should one get here anyway, it lowers to ``cat`` +
   ``mm`` as one extern kernel.
 * ``"view"``: a chain of per-piece GEMMs on row slices of ``mat2``
   (``addmm(acc, part, mat2[k0:k1])``), for any device.
-
-Nothing here changes what autograd sees: the pattern runs on the
-functionalized forward and backward graphs after the partitioner.
 """
 
 from __future__ import annotations

@@ -1,0 +1,179 @@
+# Owner(s): ["module: inductor"]
+from hypothesis import given, settings, strategies as st
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
+from torch.testing._internal.inductor_utils import HAS_CPU
+from torch.testing._internal.triton_utils import requires_cuda_and_triton
+
+
+TOL = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.bfloat16: dict(atol=5e-2, rtol=5e-2),
+}
+
+
+def made_cat_linear(a, b, w, bias=None):
+    # pieces made in the graph: the caller cannot write them
+    return F.linear(torch.cat([torch.relu(a), b * 2.0], dim=-1), w, bias)
+
+
+def make_inputs(lead, widths, n, dtype=torch.float32, device="cpu", bias=True):
+    parts = [torch.randn(*lead, k, dtype=dtype, device=device) for k in widths]
+    w = torch.randn(n, sum(widths), dtype=dtype, device=device) / sum(widths) ** 0.5
+    args = [*parts, w] + ([torch.randn(n, dtype=dtype, device=device)] if bias else [])
+    return [t.requires_grad_() for t in args]
+
+
+def fusion(form=None):
+    options = {} if form is None else {"form": form}
+    return inductor_config.patch(pre_grad_fusion_options={"cat_linear": options})
+
+
+@instantiate_parametrized_tests
+class CatLinearWeightGradTest(TestCase):
+    def common(self, fn, args, split, form="view"):
+        """Train ``fn`` once compiled with ``cat_linear`` on: the weight
+        gradient computed per piece (``split``; None: whether or not) exactly
+        where the forward site is then taken, outputs and gradients as
+        eager's.  Returns the forward's and the backward's code."""
+        dtype = args[0].dtype
+        ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+        counters.clear()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn)
+
+        def step():
+            out = compiled(*args)
+            out.backward(grad)
+            return out
+
+        grad = torch.randn_like(fn(*ref_args))
+        with fusion(form):
+            out, code = run_and_get_code(step)
+        taken = counters["inductor"]["cat_linear_weight_grad"]
+        self.assertEqual(counters["inductor"]["cat_linear"], taken)
+        if split is not None:
+            self.assertEqual(taken, int(split))
+        ref = fn(*ref_args)
+        ref.backward(grad)
+        self.assertEqual(out, ref, **TOL[dtype])
+        for a, r in zip(args, ref_args):
+            self.assertEqual(a.grad, r.grad, **TOL[dtype])
+        return code
+
+    @parametrize("lead", [(8,), (2, 4)])
+    @parametrize("bias", [False, True])
+    def test_weight_grad_split_frees_the_cat(self, lead, bias):
+        # the partitioner saves the pieces instead of the cat, so the
+        # forward's cat has one user: no cat in the forward, and the backward
+        # writes each piece's block of the weight gradient into views of one
+        # buffer (two GEMMs, no copy)
+        args = make_inputs(lead, (16, 24), 8, bias=bias)
+        forward, backward = self.common(made_cat_linear, args, True)
+        FileCheck().check_not("aten.cat").run(forward)
+        FileCheck().check_count("# alias", 2, exactly=True).run(backward)
+
+    def test_weight_grad_split_dynamic_rows(self):
+        args = make_inputs((8,), (16, 24), 8)
+        for a in args[:2]:
+            torch._dynamo.mark_dynamic(a, 0)
+        self.common(made_cat_linear, args, True)
+
+    def test_weight_grad_keeps_the_cat_of_caller_tensors(self):
+        # pieces the caller holds (graph inputs, or a dropout's alias of one)
+        # may be written before the backward: the weight gradient keeps
+        # reading the saved cat, and the forward site stays
+        def dropout_piece(a, b, w):
+            return F.linear(torch.cat([F.dropout(a, 0.0), b * 2.0], -1), w)
+
+        def raw(a, b, w):
+            return F.linear(torch.cat([a, b], -1), w)
+
+        for fn in (dropout_piece, raw):
+            self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
+            self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
+
+    def test_weight_grad_keeps_the_cat_where_the_site_stays(self):
+        # the forward site would be declined (the view form in 16-bit; the
+        # decision on a CPU), so splitting the gradient would free nothing
+        args = make_inputs((8,), (16, 16), 8, torch.bfloat16)
+        self.common(made_cat_linear, args, False)
+        self.common(made_cat_linear, make_inputs((8,), (16, 16), 8), False, None)
+        self.common(made_cat_linear, make_inputs((8,), (16, 16), 8), False, "off")
+
+    def test_weight_grad_keeps_a_cat_with_other_users(self):
+        def fn(a, b, w):
+            x = torch.cat([torch.relu(a), b * 2.0], -1)
+            return F.linear(x, w) + x.sum()
+
+        self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
+
+    def test_weight_grad_keeps_the_cat_where_the_gradient_costs_more(self):
+        # four pieces into a wide output: the gradient's three extra reads
+        # (rows x N each) cost more than the cat (rows x K) saves
+        args = make_inputs((8,), (8, 8, 8, 8), 64, bias=False)
+
+        def fn(a, b, c, d, w):
+            return F.linear(torch.cat([p * 2.0 for p in (a, b, c, d)], -1), w)
+
+        self.common(fn, args, False)
+
+    @settings(max_examples=10, deadline=None, derandomize=True, database=None)
+    @given(
+        widths=st.lists(st.sampled_from([8, 16, 24]), min_size=2, max_size=4),
+        lead=st.sampled_from([(5,), (2, 3)]),
+        made=st.sampled_from(["relu", "first", "no_grad"]),
+        frozen_parts=st.booleans(),
+        bias=st.booleans(),
+        dynamic_rows=st.booleans(),
+    )
+    def test_weight_grad_generated(
+        self, widths, lead, made, frozen_parts, bias, dynamic_rows
+    ):
+        # eager's numbers, the gradient split exactly where the forward site
+        # is then taken, and never with a piece the caller holds
+        def fn(*args):
+            parts, w = list(args[: len(widths)]), args[len(widths)]
+            b = args[-1] if bias else None
+            if made == "no_grad":
+                with torch.no_grad():
+                    x = torch.cat([p * 2.0 for p in parts], -1)
+            else:
+                if made == "relu":
+                    parts = [torch.relu(p) for p in parts]
+                else:
+                    parts[0] = torch.relu(parts[0])
+                x = torch.cat(parts, -1)
+            return F.linear(x, w, b)
+
+        n = 8
+        args = make_inputs(lead, widths, n, bias=bias)
+        for a in args[: len(widths)]:
+            a.requires_grad_(not frozen_parts)
+            if dynamic_rows:
+                torch._dynamo.mark_dynamic(a, 0)
+        self.common(fn, args, False if made == "first" else None)
+
+    @requires_cuda_and_triton
+    def test_weight_grad_split_cuda_template(self):
+        # the forward site takes the in-place template
+        args = make_inputs((256,), (64, 64), 96, torch.bfloat16, "cuda")
+        forward, _ = self.common(made_cat_linear, args, True, "mm")
+        FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(
+            forward
+        )
+
+
+if __name__ == "__main__":
+    if HAS_CPU:
+        run_tests()
