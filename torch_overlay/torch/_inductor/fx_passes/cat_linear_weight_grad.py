@@ -26,9 +26,9 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 from torch._dynamo.utils import counters
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 
+from ..fx_utils import get_node_storage
 from ..pattern_matcher import (
     CallFunction,
     is_match,
@@ -72,13 +72,6 @@ def _forward_site(weight_grad: torch.fx.Node) -> Match | None:
     return None
 
 
-def _storage(node: Any) -> StorageWeakRef | None:
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return (
-        StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
-    )
-
-
 def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool:
     """Whether a part shares storage with a graph input or output.  The
     caller can write such a tensor between forward and backward; the backward
@@ -86,8 +79,14 @@ def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool
     autograd version-counter error where stock runs)."""
     (output,) = graph.find_nodes(op="output")
     ends = [*graph.find_nodes(op="placeholder"), *tree_leaves(output.args)]
-    reachable = {_storage(node) for node in ends} - {None}
-    return any(_storage(part) in reachable for part in parts)
+    reachable = {
+        get_node_storage(node) for node in ends if isinstance(node, torch.fx.Node)
+    } - {None}
+    return any(
+        get_node_storage(part) in reachable
+        for part in parts
+        if isinstance(part, torch.fx.Node)
+    )
 
 
 def _pays(site: CatLinearSite) -> bool:
