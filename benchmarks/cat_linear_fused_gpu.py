@@ -72,6 +72,11 @@ SHAPES = [  # (M, piece widths, N): shared/bench/cat_linear_gpu_probe.py and bey
     (2 << 20, (64, 64), 32),
     (512 << 10, (256, 256), 96),
     (1 << 20, (96, 96, 64), 48),
+    # K tails in the last piece (the one loop's masked last tile)
+    (1 << 20, (128, 100), 64),
+    (8192, (64, 100), 256),
+    (16384, (128, 351), 1024),  # DLRM's top MLP
+    (8192, (256, 300), 2048),  # compute-bound, K unaligned for cuBLAS
 ]
 VARIANTS = ("stock", "stock_aa", "patched", "upstream", "native", "floor")
 # Upstream 2.14.1's gates for its cat_linear rewrite (group_batch_fusion.py:

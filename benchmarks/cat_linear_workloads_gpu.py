@@ -40,8 +40,11 @@ adds training).  No cell starts that is estimated to end past ``--budget-s``, a 
 still running at the budget is killed, and every cell left out is printed.  ``--small``
 (tiny sizes, one EdgeConv layer) runs one pair per workload, ``SMALL_PLAN``, which
 covers both modes and tunings (``--all-cells``: all).  On CPU the decision takes no
-site; ``--form view`` is the dry run of a rewrite (in inference: in training the
-partitioner saves the cat for the weight gradient, and the site stays stock).
+site; ``--form view`` is the dry run of a rewrite.  In training, the weight gradient
+of a site the lowering takes is split per piece by the joint-graph pattern of the
+``inductor-cat-linear-weight-grad`` patch (``cat_linear_weight_grad`` counts them),
+so the partitioner saves the pieces and not the cat; without that patch the cat is
+saved and the forward site stays stock (``cat_linear_cat_users``).
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --out $OUT/wl.json
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --tunings max_autotune --out $OUT/wl_mat.json
@@ -471,7 +474,8 @@ def main(argv=None):
             tag = f"[{time.perf_counter() - start:6.1f}s] {name} {cell['variant']:7s}"
             if "err_rel" in r:
                 g = {k: "-" if r.get(k) is None else f"{r[k]:.1f}" for k in ("device_us", "host_us", "peak_mib")}
-                print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}  device {g['device_us']} µs"
+                print(f"{tag} compile {r['compile_s']:6.2f} s  rewritten {r['rewritten']}"
+                      f" (weight grad {r.get('counters', {}).get('cat_linear_weight_grad', 0)})  device {g['device_us']} µs"
                       f"  host {g['host_us']} µs  peak {g['peak_mib']} MiB  rel err {r['err_rel']:.1e} (eager "
                       f"{r['err_rel_eager']:.1e}){'' if r['ok'] else ' FAIL'}  worker {dt:.0f} s", flush=True)
             if "error" in r:

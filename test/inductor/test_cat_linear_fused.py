@@ -296,6 +296,23 @@ class CatLinearFusedTest(TestCase):
         self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 0, "view")
         self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
 
+    def test_cat_linear_cat_read_by_two_gemms(self):
+        # two heads on one cat: both read the pieces in place and the cat is
+        # never made; a third, non-GEMM user keeps it, and both stay stock
+        def heads(a, b, w, bias, other_user=False):
+            x = torch.cat([a, b], -1)
+            out = F.linear(x, w, bias) + F.linear(x, w * 2.0)
+            return out + x.sum() if other_user else out
+
+        def heads_and_sum(a, b, w, bias):
+            return heads(a, b, w, bias, other_user=True)
+
+        args = make_inputs((8,), (16, 16), 8, grad=False)
+        (code,) = self.common(heads, args, 2, "view")
+        FileCheck().check_not("aten.cat").check_not("cpp_fused_cat").run(code)
+        self.common(heads_and_sum, args, 0, "view")
+        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 2)
+
     def test_cat_linear_in_cond_branches(self):
         # A site in a cond branch is lowered with its subgraph; the parent
         # graph's fake-tensor update re-runs the rewritten branch on fake
@@ -381,11 +398,24 @@ class CatLinearFusedTest(TestCase):
             # memory-bound with a K tail: the per-piece loops need more
             tail_low = cost.decide(cuda_site((8, 120), 1024))
             self.assertEqual((tail_low.form, tail_low.counter), (None, "below_bound"))
-            # a masked K tail (the per-piece loops layout): taken where the
-            # site is memory-bound, left to max_autotune where it is not
+            # a K tail in the last piece is the masked end of the one loop:
+            # taken where memory-bound, and where compute-bound decided as
+            # any one-loop site (here K is short)
             tail = cost.decide(cuda_site((128, 351), 256))
             self.assertEqual((tail.form, tail.counter), ("mm", "roofline"))
-            wide = cost.decide(cuda_site((128, 351), 2048))
+            self.assertTrue(cuda_site((128, 351), 256).one_loop)
+            last_tail = cost.decide(cuda_site((128, 352), 2048))
+            self.assertEqual(
+                (last_tail.form, last_tail.counter), (None, "compute_bound")
+            )
+            # ... unless K is unaligned for stock's GEMM (16-byte rows), which
+            # then pays cuBLAS's unaligned kernels or pad_mm's copies
+            unaligned = cost.decide(cuda_site((128, 351), 2048))
+            self.assertEqual((unaligned.form, unaligned.counter), ("mm", "roofline"))
+            # a K tail before the last piece needs the per-piece loops: left
+            # to max_autotune where compute-bound
+            self.assertFalse(cuda_site((351, 128), 2048).one_loop)
+            wide = cost.decide(cuda_site((351, 128), 2048))
             self.assertEqual((wide.form, wide.counter), (None, "k_tail"))
             # pieces made by pointwise ops: stock writes them straight into
             # the cat and the template reads them from their own buffers (no
@@ -541,6 +571,7 @@ class CatLinearFusedTest(TestCase):
             ((2, 100), (64, 128, 64), 130, False),  # 3-D, odd M and N
             ((256,), (320, 384), 256, True),
             ((256,), (40, 24, 16, 72), 64, True),  # masked K tails, four pieces
+            ((2, 100), (64, 100), 96, True),  # a K tail in the last piece only
         ],
     )
     def test_cat_linear_cuda_template_parity(self, dtype, lead, widths, n, bias):
@@ -552,11 +583,18 @@ class CatLinearFusedTest(TestCase):
         with torch.no_grad():
             (code,) = self.common(fn, args, 1, form="mm")
         FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(code)
-        # whole K tiles: one loop over the cat, each tile's piece selected;
-        # else one masked loop per piece
+        # every piece but the last whole K tiles: one loop over the cat, each
+        # tile's piece selected (its last tile masked where K is not whole
+        # tiles); else one masked loop per piece
         one_loop = FileCheck().check("def triton_tem_")
-        if all(w % 32 == 0 for w in widths):
-            one_loop.check("tl.where(in_a1").run(code)
+        if all(w % 32 == 0 for w in widths[:-1]):
+            block_k = 64 if all(w % 64 == 0 for w in widths[:-1]) else 32
+            one_loop.check("tl.where(in_a1")
+            if sum(widths) % block_k:
+                one_loop.check("mask=rk[None, :] < K")
+            else:
+                one_loop.check_not("mask=rk")
+            one_loop.run(code)
         else:
             one_loop.check_not("tl.where(in_a1").run(code)
 

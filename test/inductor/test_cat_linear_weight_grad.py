@@ -118,6 +118,32 @@ class CatLinearWeightGradTest(TestCase):
 
         self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
 
+    def test_weight_grad_split_of_two_equal_cats(self):
+        # two linears on equal cats of the same pieces: both gradients split,
+        # and once the partitioner's CSE has merged the two cats into one
+        # read by two GEMMs, both forward sites are still taken
+        def fn(a, b, w):
+            a, b = torch.relu(a), b * 2.0
+            return F.linear(torch.cat([a, b], -1), w) + F.linear(
+                torch.cat([a, b], -1), w * 0.5
+            )
+
+        forward, _ = self.common(fn, make_inputs((8,), (16, 24), 8, bias=False), None)
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
+        FileCheck().check_not("aten.cat").run(forward)
+
+    def test_weight_grad_keeps_equal_cats_where_one_stays(self):
+        # as above, but one linear's gradient reads too much to split (a
+        # wide output): the merged cat is saved for it, so neither is split
+        def fn(a, b, w, wide):
+            a, b = torch.relu(a), b * 2.0
+            narrow = F.linear(torch.cat([a, b], -1), w)
+            return narrow.sum(-1) + F.linear(torch.cat([a, b], -1), wide).sum(-1)
+
+        args = make_inputs((8,), (16, 24), 8, bias=False)
+        args.append(torch.randn(256, 40, requires_grad=True))
+        self.common(fn, args, False)
+
     def test_weight_grad_keeps_the_cat_where_the_gradient_costs_more(self):
         # four pieces into a wide output: the gradient's three extra reads
         # (rows x N each) cost more than the cat (rows x K) saves

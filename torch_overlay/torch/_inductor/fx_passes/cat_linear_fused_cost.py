@@ -43,9 +43,13 @@ LOOPS_MIN_BOUND = 1.3
 # At a compute-bound GEMM the template's one loop trails cuBLAS least where
 # the K loop is long, more where it is short (its pipeline fill and
 # epilogue are amortized over fewer tiles): such a site is taken only from
-# this best case and this K.
+# this best case and this K, unless stock's GEMM is off its aligned paths.
 COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
+# Rows of the cat and of the weight start on this many bytes where K is a
+# multiple of it (over K elements); else cuBLAS takes its unaligned kernels
+# or ``pad_mm`` copies both to a padded K.
+GEMM_ALIGNMENT_BYTES = 16
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
 # The K tiles of the template's one-loop layout, in the order the default
@@ -60,6 +64,13 @@ def whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
     return all(
         isinstance(w, (int, sympy.Integer)) and int(w) % block_k == 0 for w in widths
     )
+
+
+def one_loop_tiles(widths: Sequence[Any], block_k: int) -> bool:
+    """Whether the template's one K loop reads these pieces at ``block_k``:
+    every K tile lies in one piece where every piece but the last is whole
+    tiles; the last one's tail is the masked end of K, as in mm's template."""
+    return whole_tiles(widths[:-1], block_k)
 
 
 def has_template(device: torch.device, dtype: torch.dtype) -> bool:
@@ -119,12 +130,20 @@ class CatLinearSite:
     @property
     def one_loop(self) -> bool:
         """Whether the template reads the pieces in its one-loop layout (every
-        piece whole K tiles); else in per-piece loops with a masked tail."""
-        return any(whole_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS)
+        piece but the last whole K tiles); else in per-piece loops, each with a
+        masked tail."""
+        return any(
+            one_loop_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS
+        )
 
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
+
+    @property
+    def k_aligned(self) -> bool:
+        """Whether stock's GEMM reads rows of K that start aligned."""
+        return (self.k * self.itemsize) % GEMM_ALIGNMENT_BYTES == 0
 
     def _gemm_flops_bytes(self) -> tuple[float, float]:
         flops = 2.0 * self.rows * self.n * self.k
@@ -185,11 +204,13 @@ def decide(site: CatLinearSite) -> Decision:
         if not site.one_loop:
             return Decision(
                 None,
-                "a piece is not whole K tiles at a compute-bound GEMM: "
+                "a piece before the last is not whole K tiles at a "
+                "compute-bound GEMM: "
                 "only max_autotune can tell",
                 "k_tail",
             )
-        if bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K:
+        short = bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K
+        if short and site.k_aligned:
             return Decision(
                 None,
                 f"best case {bound:.2f}x at K {site.k} of a compute-bound GEMM: "
@@ -199,8 +220,15 @@ def decide(site: CatLinearSite) -> Decision:
     elif not site.one_loop and bound < LOOPS_MIN_BOUND:
         return Decision(
             None,
-            f"best case {bound:.2f}x with a piece not of whole K tiles: "
+            f"best case {bound:.2f}x with a piece before the last not of "
+            "whole K tiles: "
             "only max_autotune can tell",
             "below_bound",
+        )
+    if site.compute_bound(ridge) and not site.k_aligned:
+        return Decision(
+            "mm",
+            f"best case {bound:.2f}x at K {site.k}, unaligned for stock's GEMM",
+            "roofline",
         )
     return Decision("mm", f"best case {bound:.2f}x", "roofline")

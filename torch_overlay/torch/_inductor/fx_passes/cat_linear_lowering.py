@@ -12,7 +12,8 @@ hands such a site to ``kernel/cat_linear.py``:
   dtypes.  Below autograd nothing else needs proving: the graph is
   functional, grad mode and aliasing are settled, and the partitioner has
   already decided what the backward saves (a cat it saves has another user
-  and stays).
+  and stays).  A cat read by several GEMMs (two heads on one cat, or two
+  equal cats merged by CSE) is taken only where every one of them is.
 * ``should_fuse_cat_mm`` says whether it pays, analytically
   (``cat_linear_fused_cost.decide``): nothing is compiled or timed at compile
   time; under ``max_autotune`` the sites that can gain go to autotuning.
@@ -37,6 +38,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from .. import config
 from ..pattern_matcher import (
     CallFunction,
+    is_match,
     KeywordArg,
     Match,
     MULTIPLE,
@@ -79,6 +81,10 @@ Decline = Callable[[str, str, torch.fx.Node], bool]
 def _decline(key: str, reason: str, node: torch.fx.Node) -> bool:
     log.debug("skipping cat_linear: %s at %s", reason, node)
     counters["inductor"][f"cat_linear_{key}"] += 1
+    return False
+
+
+def _quiet(key: str, reason: str, node: torch.fx.Node) -> bool:
     return False
 
 
@@ -125,22 +131,57 @@ def cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
     return [lhs, cat]
 
 
+def _gemm_users(
+    gemm: torch.fx.Node, weight_grad: torch.fx.Node | None
+) -> list[torch.fx.Node] | None:
+    """The other GEMMs that read ``gemm``'s cat (directly or through a view);
+    None where anything else reads it.  Only those the lowering takes read it
+    as their input (a weight gradient reads it as ``mat2``)."""
+    cat = cat_chain(gemm)[-1]
+    readers: list[torch.fx.Node] = []
+    for user in cat.users:
+        if user.target in (aten.view.default, aten.reshape.default):
+            readers.extend(user.users)
+        else:
+            readers.append(user)
+    gemms = [u for u in readers if u is not gemm and u is not weight_grad]
+    if any(u.target not in (aten.mm.default, aten.addmm.default) for u in gemms):
+        return None
+    return gemms
+
+
+def taken(gemm: torch.fx.Node, opts: dict[str, Any]) -> bool:
+    """Whether the lowering takes ``gemm``'s site (asked without counting)."""
+    for pattern in patterns():
+        match = pattern.match(gemm)
+        if is_match(match) and can_fuse_cat_mm(match, decline=_quiet, siblings=False):
+            return should_fuse_cat_mm(match, opts, decline=_quiet) is not None
+    return False
+
+
 def can_fuse_cat_mm(
     match: Match,
     *,
     weight_grad: torch.fx.Node | None = None,
     decline: Decline = _decline,
+    siblings: bool = True,
 ) -> bool:
     """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
     3-D cat to 2-D) a site the lowering computes exactly?  ``weight_grad``: a
     user of the cat to disregard (a weight gradient that a joint-graph pass
-    is about to compute per piece); ``decline``: what a decline does."""
+    is about to compute per piece); ``decline``: what a decline does;
+    ``siblings``: whether other GEMMs reading the same cat must be taken too
+    (False while asking about one of them)."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the pattern does not see addmm's keywords; the template's epilogue
         # adds the bias unscaled (and beta=0 must ignore a NaN bias)
         return decline("scaled", "addmm with beta or alpha other than 1", gemm)
-    if any(len(set(node.users) - {weight_grad}) > 1 for node in cat_chain(gemm)):
+    others = _gemm_users(gemm, weight_grad)
+    opts = options()
+    if others is None or (
+        siblings and others and not all(taken(u, opts or {}) for u in others)
+    ):
         # another user needs the cat in memory, so reading the pieces in place
         # saves nothing (a training forward whose weight gradient reads it)
         return decline("cat_users", "the cat has other users", gemm)

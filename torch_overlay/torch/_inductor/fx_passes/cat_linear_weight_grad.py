@@ -101,7 +101,51 @@ def _check(match: Match) -> bool:
     if opts is None:
         return False
     weight_grad = match.output_node()
-    parts = match.kwargs["parts"]
+    if not _splits(weight_grad, match.kwargs["parts"], opts):
+        return False
+    # The partitioner's CSE merges equal cats (of the same parts) after this
+    # pass: split only where every one of them is split too, else the merged
+    # cat is saved for the other gradient and no forward site is taken.
+    rhs = weight_grad.args[1]
+    assert isinstance(rhs, torch.fx.Node)
+    cat = rhs if rhs.target is aten.cat.default else rhs.args[0]
+    assert isinstance(cat, torch.fx.Node)
+    for other in _equal_cats(cat):
+        grads = [
+            user
+            for user in _readers(other)
+            if user.target is aten.mm.default and user.args[1] in (other, *other.users)
+        ]
+        if grads:
+            split = len(grads) == 1 and _splits(grads[0], match.kwargs["parts"], opts)
+        else:  # split already: only forward sites read it
+            split = all(lowering.taken(user, opts) for user in _readers(other))
+        if not split:
+            log.debug("keeping %s: an equal cat stays for %s", weight_grad, other)
+            return False
+    return True
+
+
+def _readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes reading ``cat``, directly or through a view."""
+    readers: list[torch.fx.Node] = []
+    for user in cat.users:
+        is_view = user.target in (aten.view.default, aten.reshape.default)
+        readers.extend(user.users if is_view else [user])
+    return readers
+
+
+def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
+    """The other cats of the same parts on the same dim."""
+    return [
+        node
+        for node in cat.graph.find_nodes(op="call_function", target=aten.cat.default)
+        if node is not cat and node.args == cat.args and node.kwargs == cat.kwargs
+    ]
+
+
+def _splits(weight_grad: torch.fx.Node, parts: Any, opts: dict[str, Any]) -> bool:
+    """Whether this weight gradient alone is worth computing per piece."""
     if _caller_reachable(parts, weight_grad.graph):
         log.debug("keeping %s: a piece is a graph input or output", weight_grad)
         return False

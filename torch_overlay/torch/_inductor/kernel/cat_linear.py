@@ -26,6 +26,7 @@ from .. import config
 from ..fx_passes.cat_linear_fused_cost import (
     has_template,
     ONE_LOOP_BLOCK_KS,
+    one_loop_tiles,
     whole_tiles,
 )
 from ..ir import Buffer, FixedLayout
@@ -123,24 +124,27 @@ def why_no_template(
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int
 ) -> dict[str, Any] | None:
-    """``cfg`` with the template's layout flag (ONE_LOOP where every piece
-    is whole tiles of its BLOCK_K, else the per-piece loops at no more than
-    ``LOOPS_MAX_STAGES``), or None where its buffers do not fit the shared
-    memory (one tile of a piece and one of the weight per stage, and the
-    pipeline's barriers, as Inductor's mm templates count them)."""
-    one_loop = whole_tiles(widths, cfg["BLOCK_K"])
+    """``cfg`` with the template's layout flags (ONE_LOOP where every piece
+    but the last is whole tiles of its BLOCK_K, EVEN_K where the last is too,
+    else the per-piece loops at no more than ``LOOPS_MAX_STAGES``), or None
+    where its buffers do not fit the shared memory (one tile of a piece and
+    one of the weight per stage, and the pipeline's barriers, as Inductor's
+    mm templates count them)."""
+    one_loop = one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop)
+    even_k = whole_tiles(widths, cfg["BLOCK_K"])
+    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k)
 
 
 def _default_config(
     n: Any, widths: Sequence[Any], itemsize: int
 ) -> dict[str, Any] | None:
     """The first of the default configs that fits: the one-loop layout's at
-    each K tile every piece is whole tiles of, then the per-piece loops'."""
+    each K tile that every piece but the last is whole tiles of, then the
+    per-piece loops'."""
     narrow = (
         isinstance(n, int)
         and n <= 64
@@ -150,7 +154,7 @@ def _default_config(
     candidates = [
         cfg
         for block_k in ONE_LOOP_BLOCK_KS
-        if whole_tiles(widths, block_k)
+        if one_loop_tiles(widths, block_k)
         for cfg in one_loop_table[block_k]
     ]
     candidates += _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
