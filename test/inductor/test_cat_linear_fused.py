@@ -296,22 +296,61 @@ class CatLinearFusedTest(TestCase):
         self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 0, "view")
         self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
 
-    def test_cat_linear_cat_read_by_two_gemms(self):
-        # two heads on one cat: both read the pieces in place and the cat is
-        # never made; a third, non-GEMM user keeps it, and both stay stock
-        def heads(a, b, w, bias, other_user=False):
+    @parametrize("other", ["none", "sum", "declined_head", "as_mat2"])
+    def test_cat_linear_cat_read_by_two_gemms(self, other):
+        # two heads on one cat (one with a bias, so mm_plus_mm leaves their
+        # sum alone): both read the pieces in place and the cat is never
+        # made.  Where the cat is also read otherwise (by a sum, by a head
+        # the lowering declines, as another GEMM's mat2) it is made anyway,
+        # and no head reads the pieces.
+        def fn(a, b, w, bias, c):
             x = torch.cat([a, b], -1)
             out = F.linear(x, w, bias) + F.linear(x, w * 2.0)
-            return out + x.sum() if other_user else out
+            if other == "sum":
+                out = out + x.sum()
+            elif other == "declined_head":
+                out = out + torch.addmm(bias, x, w.t(), beta=0.5)
+            elif other == "as_mat2":
+                out = out + torch.mm(c, x).sum()
+            return out
 
-        def heads_and_sum(a, b, w, bias):
-            return heads(a, b, w, bias, other_user=True)
+        a, b, w, bias = make_inputs((8,), (16, 16), 8, grad=False)
+        args = [a, b, w, bias, torch.randn(6, 8)]
+        (code,) = self.common(fn, args, 2 if other == "none" else 0, "view")
+        if other == "none":
+            FileCheck().check_not("aten.cat").check_not("cpp_fused_cat").run(code)
+        else:
+            self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 2)
 
-        args = make_inputs((8,), (16, 16), 8, grad=False)
-        (code,) = self.common(heads, args, 2, "view")
-        FileCheck().check_not("aten.cat").check_not("cpp_fused_cat").run(code)
-        self.common(heads_and_sum, args, 0, "view")
-        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 2)
+    def test_cat_linear_site_alignment(self):
+        # Whether stock's GEMM reads aligned rows: the cat's (K) and the
+        # weight's leading stride (K for linear's transposed weight, N for
+        # x @ W), as pad_mm counts alignment
+        sites = []
+        decide = cost.decide
+
+        def record(site):
+            sites.append(site.gemm_aligned)
+            return decide(site)
+
+        cases = [
+            (lambda x, w: F.linear(x, w), (32, 30), (12, 62)),  # K 62
+            (lambda x, w: F.linear(x, w), (32, 32), (10, 64)),  # N 10: aligned
+            (lambda x, w: x @ w, (32, 32), (64, 10)),  # N 10 leads
+            (lambda x, w: x @ w, (32, 32), (64, 16)),
+        ]
+        with mock.patch.object(cost, "decide", record):
+            for op, widths, wshape in cases:
+                parts = [torch.randn(8, k) for k in widths]
+                w = torch.randn(*wshape)
+
+                def fn(a, b, w, op=op):
+                    return op(torch.cat([a, b], -1), w)
+
+                torch._dynamo.reset()
+                with fusion(None):
+                    torch.compile(fn)(*parts, w)
+        self.assertEqual(sites, [False, True, False, True])
 
     def test_cat_linear_in_cond_branches(self):
         # A site in a cond branch is lowered with its subgraph; the parent
@@ -408,10 +447,10 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(
                 (last_tail.form, last_tail.counter), (None, "compute_bound")
             )
-            # ... unless K is unaligned for stock's GEMM (16-byte rows), which
-            # then pays cuBLAS's unaligned kernels or pad_mm's copies
-            unaligned = cost.decide(cuda_site((128, 351), 2048))
-            self.assertEqual((unaligned.form, unaligned.counter), ("mm", "roofline"))
+            # ... unless stock's GEMM reads unaligned rows, which puts cuBLAS
+            # on its unaligned kernels (the lowering's site() says which)
+            unaligned = cuda_site((128, 351), 2048, gemm_aligned=False)
+            self.assertEqual(cost.decide(unaligned).form, "mm")
             # a K tail before the last piece needs the per-piece loops: left
             # to max_autotune where compute-bound
             self.assertFalse(cuda_site((351, 128), 2048).one_loop)

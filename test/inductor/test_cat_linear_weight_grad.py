@@ -132,13 +132,21 @@ class CatLinearWeightGradTest(TestCase):
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
         FileCheck().check_not("aten.cat").run(forward)
 
-    def test_weight_grad_keeps_equal_cats_where_one_stays(self):
+    @parametrize("recompute", [False, True])
+    def test_weight_grad_keeps_equal_cats_where_one_stays(self, recompute):
         # as above, but one linear's gradient reads too much to split (a
-        # wide output): the merged cat is saved for it, so neither is split
+        # wide output): the merged cat is saved for it, so neither is split;
+        # also where each cat's pieces are computed again (CSE merges those
+        # first, then the cats)
         def fn(a, b, w, wide):
-            a, b = torch.relu(a), b * 2.0
-            narrow = F.linear(torch.cat([a, b], -1), w)
-            return narrow.sum(-1) + F.linear(torch.cat([a, b], -1), wide).sum(-1)
+            made = torch.relu(a), b * 2.0
+
+            def cat():
+                if recompute:
+                    return torch.cat([torch.relu(a), b * 2.0], -1)
+                return torch.cat(made, -1)
+
+            return F.linear(cat(), w).sum(-1) + F.linear(cat(), wide).sum(-1)
 
         args = make_inputs((8,), (16, 24), 8, bias=False)
         args.append(torch.randn(256, 40, requires_grad=True))

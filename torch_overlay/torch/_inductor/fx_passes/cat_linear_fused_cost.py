@@ -46,15 +46,11 @@ LOOPS_MIN_BOUND = 1.3
 # this best case and this K, unless stock's GEMM is off its aligned paths.
 COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
-# Rows of the cat and of the weight start on this many bytes where K is a
-# multiple of it (over K elements); else cuBLAS takes its unaligned kernels
-# or ``pad_mm`` copies both to a padded K.
-GEMM_ALIGNMENT_BYTES = 16
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
 # The K tiles of the template's one-loop layout, in the order the default
-# mode tries them: where every piece is whole tiles of one of them, the
-# pieces are read tile by tile from one pipelined loop.
+# mode tries them: where every piece but the last is whole tiles of one of
+# them, the pieces are read tile by tile from one pipelined loop.
 ONE_LOOP_BLOCK_KS = (64, 32)
 
 
@@ -122,6 +118,10 @@ class CatLinearSite:
     # Per part: written by a pointwise op that stock fuses into the cat.
     produced: tuple[bool, ...]
     max_autotune: bool = False
+    # Whether stock's GEMM reads rows that start aligned (the cat's of K
+    # elements, the weight's of its leading stride, as pad_mm counts
+    # alignment); else cuBLAS takes its unaligned kernels.
+    gemm_aligned: bool = True
 
     @property
     def k(self) -> int:
@@ -139,11 +139,6 @@ class CatLinearSite:
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
-
-    @property
-    def k_aligned(self) -> bool:
-        """Whether stock's GEMM reads rows of K that start aligned."""
-        return (self.k * self.itemsize) % GEMM_ALIGNMENT_BYTES == 0
 
     def _gemm_flops_bytes(self) -> tuple[float, float]:
         flops = 2.0 * self.rows * self.n * self.k
@@ -209,8 +204,11 @@ def decide(site: CatLinearSite) -> Decision:
                 "only max_autotune can tell",
                 "k_tail",
             )
-        short = bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K
-        if short and site.k_aligned:
+        if not site.gemm_aligned:
+            return Decision(
+                "mm", f"best case {bound:.2f}x, unaligned for stock's GEMM", "roofline"
+            )
+        if bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K:
             return Decision(
                 None,
                 f"best case {bound:.2f}x at K {site.k} of a compute-bound GEMM: "
@@ -224,11 +222,5 @@ def decide(site: CatLinearSite) -> Decision:
             "whole K tiles: "
             "only max_autotune can tell",
             "below_bound",
-        )
-    if site.compute_bound(ridge) and not site.k_aligned:
-        return Decision(
-            "mm",
-            f"best case {bound:.2f}x at K {site.k}, unaligned for stock's GEMM",
-            "roofline",
         )
     return Decision("mm", f"best case {bound:.2f}x", "roofline")

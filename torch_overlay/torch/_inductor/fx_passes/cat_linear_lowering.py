@@ -45,6 +45,7 @@ from ..pattern_matcher import (
     register_lowering_pattern,
 )
 from . import cat_linear_fused_cost as cost
+from .pad_mm import get_alignment_size_dtype, get_padded_length
 
 
 try:
@@ -134,9 +135,8 @@ def cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
 def _gemm_users(
     gemm: torch.fx.Node, weight_grad: torch.fx.Node | None
 ) -> list[torch.fx.Node] | None:
-    """The other GEMMs that read ``gemm``'s cat (directly or through a view);
-    None where anything else reads it.  Only those the lowering takes read it
-    as their input (a weight gradient reads it as ``mat2``)."""
+    """The other GEMMs that read ``gemm``'s cat as their input (directly or
+    through a view); None where anything else reads it."""
     cat = cat_chain(gemm)[-1]
     readers: list[torch.fx.Node] = []
     for user in cat.users:
@@ -145,8 +145,14 @@ def _gemm_users(
         else:
             readers.append(user)
     gemms = [u for u in readers if u is not gemm and u is not weight_grad]
-    if any(u.target not in (aten.mm.default, aten.addmm.default) for u in gemms):
-        return None
+    for user in gemms:
+        if user.target not in (aten.mm.default, aten.addmm.default):
+            return None
+        lhs = user.args[1 if user.target is aten.addmm.default else 0]
+        if lhs is not cat and not (
+            isinstance(lhs, torch.fx.Node) and lhs.args and lhs.args[0] is cat
+        ):
+            return None  # it reads the cat as mat2 (a weight gradient)
     return gemms
 
 
@@ -228,14 +234,22 @@ def site(match: Match) -> cost.CatLinearSite:
     vals = [_val(p) for p in parts]
     out = _val(match.output_node())
     assert out is not None and all(v is not None for v in vals)
+    widths = tuple(v.shape[-1] for v in vals)  # type: ignore[union-attr]
+    mat2 = _val(match.kwargs["mat2"])
+    assert mat2 is not None
+    align = get_alignment_size_dtype(out.dtype)
+    leading = _hint(max(mat2.stride()))
     return cost.CatLinearSite(
         rows=_hint(out.shape[0]),
-        widths=tuple(v.shape[-1] for v in vals),  # type: ignore[union-attr]
+        widths=widths,
         n=_hint(out.shape[1]),
         dtype=out.dtype,
         device=out.device,
         produced=tuple(_is_fused_producer(p) for p in parts),
         max_autotune=config.max_autotune or config.max_autotune_gemm,
+        gemm_aligned=not any(
+            get_padded_length(x, align) for x in (sum(widths), leading)
+        ),
     )
 
 

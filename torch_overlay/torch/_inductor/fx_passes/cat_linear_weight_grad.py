@@ -15,8 +15,10 @@ It is done only where the lowering will take that forward site (the same
 checks and decision, asked without counting), where the forward saves more
 traffic than the backward's extra reads of the gradient cost, and where no
 piece is a tensor the caller holds (a graph input or output, or a view of
-one), which the caller may write before the backward runs.  Each
-split bumps ``counters["inductor"]["cat_linear_weight_grad"]``.
+one), which the caller may write before the backward runs.  Equal cats,
+which the partitioner's CSE merges after this pass, are split all or none,
+and none where ``pad_mm`` (a pattern of the same pass) may pad the forward
+GEMM.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch.utils._pytree import tree_leaves
 
+from .. import config
 from ..fx_utils import get_node_storage
 from ..pattern_matcher import (
     CallFunction,
@@ -135,12 +138,36 @@ def _readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
     return readers
 
 
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
 def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
-    """The other cats of the same parts on the same dim."""
+    """The other cats the partitioner's CSE will merge with ``cat``: the same
+    op over the same values, each node standing for the first equal one."""
+    first: dict[torch.fx.Node, torch.fx.Node] = {}
+    seen: dict[Any, torch.fx.Node] = {}
+    for node in cat.graph.nodes:
+        args = torch.fx.node.map_arg((node.args, node.kwargs), first.__getitem__)
+        target = node.target
+        first[node] = node
+        if (
+            node.op == "call_function"
+            and isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded not in target.tags
+        ):
+            try:
+                first[node] = seen.setdefault((target, _hashable(args)), node)
+            except TypeError:  # an unhashable argument: never merged
+                pass
     return [
         node
         for node in cat.graph.find_nodes(op="call_function", target=aten.cat.default)
-        if node is not cat and node.args == cat.args and node.kwargs == cat.kwargs
+        if node is not cat and first[node] is first[cat]
     ]
 
 
@@ -159,7 +186,13 @@ def _splits(weight_grad: torch.fx.Node, parts: Any, opts: dict[str, Any]) -> boo
         return False
     if lowering.should_fuse_cat_mm(forward, opts, decline=_not_taken) is None:
         return False
-    if not _pays(lowering.site(forward)):
+    site = lowering.site(forward)
+    if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
+        # pad_mm, a pattern of the same pass, may pad the forward GEMM after
+        # this split: the post-grad lowering would then not see its cat
+        log.debug("keeping %s: pad_mm may pad the forward GEMM", weight_grad)
+        return False
+    if not _pays(site):
         log.debug(
             "keeping %s: the gradient's extra reads cost more than the cat",
             weight_grad,

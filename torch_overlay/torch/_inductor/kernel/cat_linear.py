@@ -85,8 +85,9 @@ aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm
 LOOPS_MAX_STAGES = 2
 # The default mode's configs (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
 # num_warps, num_stages), the first that fits the device's shared memory.
-# Whole-tile pieces take the one-loop layout at the BLOCK_K they divide; the
-# rest the per-piece loops; a narrow output takes a narrower tile.
+# Pieces that are whole tiles but the last take the one-loop layout at the
+# BLOCK_K they divide; the rest the per-piece loops; a narrow output takes a
+# narrower tile.
 _ONE_LOOP_CONFIGS = {
     64: [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
     32: [(128, 128, 32, 4, 4), (64, 128, 32, 4, 4)],
@@ -135,7 +136,7 @@ def _layout(
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    even_k = whole_tiles(widths, cfg["BLOCK_K"])
+    even_k = one_loop and whole_tiles(widths, cfg["BLOCK_K"])
     return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k)
 
 
