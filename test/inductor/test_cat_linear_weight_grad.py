@@ -152,6 +152,31 @@ class CatLinearWeightGradTest(TestCase):
         args.append(torch.randn(256, 40, requires_grad=True))
         self.common(fn, args, False)
 
+    def test_weight_grad_keeps_equal_cats_of_merged_getitems(self):
+        # layer_norm's outputs are getitems of one node: CSE merges the two
+        # layer_norms' getitems, then the cats; the second cat's other user
+        # then keeps the merged cat, so the first gradient is not split
+        def fn(x, y, w):
+            q = torch.sin(y)
+            c1 = torch.cat([F.layer_norm(x, (16,)), q], -1)
+            c2 = torch.cat([F.layer_norm(x, (16,)), q], -1)
+            return F.linear(c1, w) + (c2 * 2.0).sum()
+
+        self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
+
+    @inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN")
+    def test_weight_grad_keeps_the_cat_of_a_gemm_summed_by_mm_plus_mm(self):
+        # under max_autotune mm_plus_mm's pattern takes a sum of two mm (it
+        # is matched at the add first), so the forward site is not taken
+        def fn(a, b, z, w, w2):
+            x = torch.cat([torch.relu(a), torch.sin(b)], -1)
+            return F.linear(x, w) + F.linear(z, w2)
+
+        args = make_inputs((8,), (16, 16), 8, bias=False)
+        args[2:2] = [torch.randn(8, 32, requires_grad=True)]
+        args.append(torch.randn(8, 32, requires_grad=True))
+        self.common(fn, args, False)
+
     def test_weight_grad_keeps_the_cat_where_the_gradient_costs_more(self):
         # four pieces into a wide output: the gradient's three extra reads
         # (rows x N each) cost more than the cat (rows x K) saves

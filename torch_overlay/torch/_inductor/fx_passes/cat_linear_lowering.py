@@ -156,8 +156,28 @@ def _gemm_users(
     return gemms
 
 
+def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
+    """Whether ``mm_plus_mm``'s pattern (a sum of two ``mm``, under
+    ``max_autotune``), matched at the ``add`` before this one, takes it."""
+    autotune = config.max_autotune or config.max_autotune_gemm
+    return (
+        autotune
+        and gemm.target is aten.mm.default
+        and any(
+            user.target is aten.add.Tensor
+            and all(
+                isinstance(a, torch.fx.Node) and a.target is aten.mm.default
+                for a in user.args
+            )
+            for user in gemm.users
+        )
+    )
+
+
 def taken(gemm: torch.fx.Node, opts: dict[str, Any]) -> bool:
     """Whether the lowering takes ``gemm``'s site (asked without counting)."""
+    if summed_by_mm_plus_mm(gemm):
+        return False
     for pattern in patterns():
         match = pattern.match(gemm)
         if is_match(match) and can_fuse_cat_mm(match, decline=_quiet, siblings=False):

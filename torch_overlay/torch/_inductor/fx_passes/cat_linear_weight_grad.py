@@ -18,7 +18,7 @@ piece is a tensor the caller holds (a graph input or output, or a view of
 one), which the caller may write before the backward runs.  Equal cats,
 which the partitioner's CSE merges after this pass, are split all or none,
 and none where ``pad_mm`` (a pattern of the same pass) may pad the forward
-GEMM.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``.
+GEMM or ``mm_plus_mm`` takes it.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``.
 """
 
 from __future__ import annotations
@@ -157,8 +157,11 @@ def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
         first[node] = node
         if (
             node.op == "call_function"
-            and isinstance(target, torch._ops.OpOverload)
-            and torch.Tag.nondeterministic_seeded not in target.tags
+            and not node.is_impure()
+            and not (
+                isinstance(target, torch._ops.OpOverload)
+                and torch.Tag.nondeterministic_seeded in target.tags
+            )
         ):
             try:
                 first[node] = seen.setdefault((target, _hashable(args)), node)
@@ -185,6 +188,9 @@ def _splits(weight_grad: torch.fx.Node, parts: Any, opts: dict[str, Any]) -> boo
     ):
         return False
     if lowering.should_fuse_cat_mm(forward, opts, decline=_not_taken) is None:
+        return False
+    if lowering.summed_by_mm_plus_mm(forward.output_node()):
+        log.debug("keeping %s: mm_plus_mm takes the forward GEMM", weight_grad)
         return False
     site = lowering.site(forward)
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
