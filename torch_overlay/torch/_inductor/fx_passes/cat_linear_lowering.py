@@ -132,18 +132,22 @@ def cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
     return [lhs, cat]
 
 
+def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read ``cat``, directly or through a view."""
+    readers: list[torch.fx.Node] = []
+    for user in cat.users:
+        is_view = user.target in (aten.view.default, aten.reshape.default)
+        readers.extend(user.users if is_view else [user])
+    return readers
+
+
 def _gemm_users(
     gemm: torch.fx.Node, weight_grad: torch.fx.Node | None
 ) -> list[torch.fx.Node] | None:
     """The other GEMMs that read ``gemm``'s cat as their input (directly or
     through a view); None where anything else reads it."""
     cat = cat_chain(gemm)[-1]
-    readers: list[torch.fx.Node] = []
-    for user in cat.users:
-        if user.target in (aten.view.default, aten.reshape.default):
-            readers.extend(user.users)
-        else:
-            readers.append(user)
+    readers = cat_readers(cat)
     gemms = [u for u in readers if u is not gemm and u is not weight_grad]
     for user in gemms:
         if user.target not in (aten.mm.default, aten.addmm.default):

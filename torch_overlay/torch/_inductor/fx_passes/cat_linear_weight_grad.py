@@ -18,7 +18,8 @@ piece is a tensor the caller holds (a graph input or output, or a view of
 one), which the caller may write before the backward runs.  Equal cats,
 which the partitioner's CSE merges after this pass, are split all or none,
 and none where ``pad_mm`` (a pattern of the same pass) may pad the forward
-GEMM or ``mm_plus_mm`` takes it.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``.
+GEMM or ``mm_plus_mm`` takes it.  Each split bumps
+``counters["inductor"]["cat_linear_weight_grad"]``.
 """
 
 from __future__ import annotations
@@ -114,28 +115,20 @@ def _check(match: Match) -> bool:
     cat = rhs if rhs.target is aten.cat.default else rhs.args[0]
     assert isinstance(cat, torch.fx.Node)
     for other in _equal_cats(cat):
+        readers = lowering.cat_readers(other)
         grads = [
             user
-            for user in _readers(other)
+            for user in readers
             if user.target is aten.mm.default and user.args[1] in (other, *other.users)
         ]
         if grads:
             split = len(grads) == 1 and _splits(grads[0], match.kwargs["parts"], opts)
         else:  # split already: only forward sites read it
-            split = all(lowering.taken(user, opts) for user in _readers(other))
+            split = all(lowering.taken(user, opts) for user in readers)
         if not split:
             log.debug("keeping %s: an equal cat stays for %s", weight_grad, other)
             return False
     return True
-
-
-def _readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
-    """The nodes reading ``cat``, directly or through a view."""
-    readers: list[torch.fx.Node] = []
-    for user in cat.users:
-        is_view = user.target in (aten.view.default, aten.reshape.default)
-        readers.extend(user.users if is_view else [user])
-    return readers
 
 
 def _hashable(value: Any) -> Any:
