@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,22 +117,40 @@ def _last_error(stderr: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "no output").removeprefix("ERROR: ")
 
 
+# torch's CPU build takes about 1.2 GB in a venv; PyPI's CUDA build about 5 GB, and pip's cache keeps its 2.5 GB of
+# downloaded wheels. Below the first figure no install can succeed; pip would fail minutes in, half-written.
+MIN_FREE_BYTES = 2 * 2**30
+
+
+def check_free_space(venv: Path, base: str) -> None:
+    """Refuse, before anything is written, to install torch where its filesystem cannot hold even the CPU build."""
+    where = next(p for p in (venv, *venv.parents) if p.exists())
+    free = shutil.disk_usage(where).free
+    if free < MIN_FREE_BYTES:
+        raise PatchsetError(venv, f"{free / 2**30:.1f} GiB free on its filesystem; torch {base} needs at least "
+                                  f"{MIN_FREE_BYTES / 2**30:.0f} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
+                                  "CUDA build, plus 2.5 GB in pip's cache): free some space and run again")
+
+
 def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | None = None,
                 install_patchset: bool = False) -> Path:
     """Make ``venv`` hold ``torch==<base>`` and the dev requirements from ``requirements/base-<base>.txt``."""
     req = requirements_file(sources, base)
     pin = torch_pin(req, base)
     py = venv_python(venv)
+    have = installed_torch(venv)
+    digest = requirements_digest(req)
+    stamp = venv / STAMP
+    old = stamp.read_text().strip() if stamp.is_file() else None
+    install = have is None or have.partition("+")[0] != base or old != digest
+    if install:
+        check_free_space(venv, base)
     if not py.exists():
         progress(f"v{base}: creating {venv}")
         r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
         if r.returncode:
             raise PatchsetError(venv, f"`{sys.executable} -m venv` failed: {_last_error(r.stderr + r.stdout)}")
-    have = installed_torch(venv)
-    digest = requirements_digest(req)
-    stamp = venv / STAMP
-    old = stamp.read_text().strip() if stamp.is_file() else None
-    if have is None or have.partition("+")[0] != base or old != digest:
+    if install:
         why = f"torch {have}" if have and have.partition("+")[0] != base else "no torch" if have is None \
             else "its requirement files changed"
         rel = req.relative_to(sources.root) if req.is_relative_to(sources.root) else req

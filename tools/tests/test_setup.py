@@ -165,3 +165,21 @@ def test_a_bad_pin_names_the_file_and_line(tmp_path):
     req.write_text("torchvision==0.1\n")
     with pytest.raises(PatchsetError, match="must pin torch exactly once"):
         torch_pin(req, "2.15.0")
+
+
+def test_a_full_disk_is_refused_before_anything_is_written(capped, monkeypatch):
+    """A filesystem without room for even torch's CPU build: one error naming the venv, the free space and what torch
+    needs, before the venv is made or pip runs (pip would fail minutes in, with the venv half-written)."""
+    import shutil as _shutil
+
+    from tools import baseenv
+    from tools.sources import Sources
+
+    root, _, env = capped
+    monkeypatch.setattr(baseenv.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(100, 99, 2**29))
+    monkeypatch.setattr(baseenv.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a[0]}"))
+    venv = root / ".venv-2.15.0"
+    with pytest.raises(PatchsetError) as e:
+        baseenv.ensure_venv("2.15.0", venv, Sources(root))
+    assert str(venv) in str(e.value) and "0.5 GiB free on its filesystem; torch 2.15.0 needs at least 2 GiB" in str(e.value)
+    assert not venv.exists()
