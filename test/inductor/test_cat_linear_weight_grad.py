@@ -83,6 +83,19 @@ class CatLinearWeightGradTest(TestCase):
         FileCheck().check_not("aten.cat").run(forward)
         FileCheck().check_count("# alias", 2, exactly=True).run(backward)
 
+    @parametrize("lead", [(8,), (2, 4)])
+    def test_weight_grad_split_of_cat_matmul(self, lead):
+        # cat(parts, -1) @ W: the weight gradient is mm(cat.T, grad), computed
+        # as row blocks mm(part.T, grad) written into views of one buffer
+        def fn(a, b, w):
+            return torch.cat([torch.relu(a), b * 2.0], -1) @ w
+
+        a, b, _ = make_inputs(lead, (16, 24), 8, bias=False)
+        w = torch.randn(40, 8, requires_grad=True)
+        forward, backward = self.common(fn, [a, b, w], True)
+        FileCheck().check_not("aten.cat").run(forward)
+        FileCheck().check_count("# alias", 2, exactly=True).run(backward)
+
     def test_weight_grad_split_dynamic_rows(self):
         args = make_inputs((8,), (16, 24), 8)
         for a in args[:2]:
@@ -129,6 +142,44 @@ class CatLinearWeightGradTest(TestCase):
             )
 
         forward, _ = self.common(fn, make_inputs((8,), (16, 24), 8, bias=False), None)
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
+        FileCheck().check_not("aten.cat").run(forward)
+
+    def test_weight_grad_split_of_two_heads_on_one_cat(self):
+        # one cat read by two forward GEMMs, a linear and a matmul: both
+        # gradients split, and both forward sites read the pieces in place
+        def fn(a, b, w, w2):
+            x = torch.cat([torch.relu(a), b * 2.0], -1)
+            return F.linear(x, w) + x @ w2
+
+        args = make_inputs((8,), (16, 24), 8, bias=False)
+        args.append(torch.randn(40, 8, requires_grad=True))
+        forward, _ = self.common(fn, args, None)
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
+        FileCheck().check_not("aten.cat").run(forward)
+
+    def test_weight_grad_keeps_two_heads_whose_gradients_cost_more(self):
+        # as above, but the second head is wide: each head alone would pay,
+        # both gradients' extra reads together cost more than the cat saves,
+        # so neither is split (one split alone would still save the cat)
+        def fn(a, b, w, wide):
+            x = torch.cat([torch.relu(a), b * 2.0], -1)
+            return F.linear(x, w).sum(-1) + F.linear(x, wide).sum(-1)
+
+        args = make_inputs((8,), (16, 24), 8, bias=False)
+        args.append(torch.randn(28, 40, requires_grad=True))
+        self.common(fn, args, False)
+
+    def test_weight_grad_split_of_equal_cats_in_both_forms(self):
+        # as above, one linear and one matmul: both gradients split, one per
+        # form, and both forward sites taken
+        def fn(a, b, w, w2):
+            a, b = torch.relu(a), b * 2.0
+            return F.linear(torch.cat([a, b], -1), w) + torch.cat([a, b], -1) @ w2
+
+        args = make_inputs((8,), (16, 24), 8, bias=False)
+        args.append(torch.randn(40, 8, requires_grad=True))
+        forward, _ = self.common(fn, args, None)
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
         FileCheck().check_not("aten.cat").run(forward)
 
@@ -195,9 +246,10 @@ class CatLinearWeightGradTest(TestCase):
         frozen_parts=st.booleans(),
         bias=st.booleans(),
         dynamic_rows=st.booleans(),
+        matmul=st.booleans(),
     )
     def test_weight_grad_generated(
-        self, widths, lead, made, frozen_parts, bias, dynamic_rows
+        self, widths, lead, made, frozen_parts, bias, dynamic_rows, matmul
     ):
         # eager's numbers, the gradient split exactly where the forward site
         # is then taken, and never with a piece the caller holds
@@ -213,10 +265,15 @@ class CatLinearWeightGradTest(TestCase):
                 else:
                     parts[0] = torch.relu(parts[0])
                 x = torch.cat(parts, -1)
+            if matmul:  # cat @ W.T (+ b): the gradient's other form
+                out = x @ w
+                return out if b is None else out + b
             return F.linear(x, w, b)
 
         n = 8
         args = make_inputs(lead, widths, n, bias=bias)
+        if matmul:
+            args[len(widths)] = args[len(widths)].detach().t().requires_grad_()
         for a in args[: len(widths)]:
             a.requires_grad_(not frozen_parts)
             if dynamic_rows:

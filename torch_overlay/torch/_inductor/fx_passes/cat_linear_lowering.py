@@ -28,7 +28,7 @@ its reason and counted under ``cat_linear_<reason>``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -94,7 +94,7 @@ def _val(node: Any) -> torch.Tensor | None:
     return val if isinstance(val, torch.Tensor) else None
 
 
-def _hint(size: Any) -> int:
+def hint(size: Any) -> int:
     """A size's value at trace time, without a guard (Inductor's fallback for
     an unbacked one)."""
     return optimization_hint(size, fallback=config.unbacked_symint_fallback)
@@ -142,13 +142,13 @@ def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _gemm_users(
-    gemm: torch.fx.Node, weight_grad: torch.fx.Node | None
+    gemm: torch.fx.Node, weight_grads: Collection[torch.fx.Node]
 ) -> list[torch.fx.Node] | None:
     """The other GEMMs that read ``gemm``'s cat as their input (directly or
     through a view); None where anything else reads it."""
     cat = cat_chain(gemm)[-1]
     readers = cat_readers(cat)
-    gemms = [u for u in readers if u is not gemm and u is not weight_grad]
+    gemms = [u for u in readers if u is not gemm and u not in weight_grads]
     for user in gemms:
         if user.target not in (aten.mm.default, aten.addmm.default):
             return None
@@ -192,13 +192,13 @@ def taken(gemm: torch.fx.Node, opts: dict[str, Any]) -> bool:
 def can_fuse_cat_mm(
     match: Match,
     *,
-    weight_grad: torch.fx.Node | None = None,
+    weight_grads: Collection[torch.fx.Node] = (),
     decline: Decline = _decline,
     siblings: bool = True,
 ) -> bool:
     """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
-    3-D cat to 2-D) a site the lowering computes exactly?  ``weight_grad``: a
-    user of the cat to disregard (a weight gradient that a joint-graph pass
+    3-D cat to 2-D) a site the lowering computes exactly?  ``weight_grads``:
+    readers of the cat to disregard (weight gradients that a joint-graph pass
     is about to compute per piece); ``decline``: what a decline does;
     ``siblings``: whether other GEMMs reading the same cat must be taken too
     (False while asking about one of them)."""
@@ -207,7 +207,7 @@ def can_fuse_cat_mm(
         # the pattern does not see addmm's keywords; the template's epilogue
         # adds the bias unscaled (and beta=0 must ignore a NaN bias)
         return decline("scaled", "addmm with beta or alpha other than 1", gemm)
-    others = _gemm_users(gemm, weight_grad)
+    others = _gemm_users(gemm, weight_grads)
     opts = options()
     if others is None or (
         siblings and others and not all(taken(u, opts or {}) for u in others)
@@ -262,11 +262,11 @@ def site(match: Match) -> cost.CatLinearSite:
     mat2 = _val(match.kwargs["mat2"])
     assert mat2 is not None
     align = get_alignment_size_dtype(out.dtype)
-    leading = _hint(max(mat2.stride()))
+    leading = hint(max(mat2.stride()))
     return cost.CatLinearSite(
-        rows=_hint(out.shape[0]),
+        rows=hint(out.shape[0]),
         widths=widths,
-        n=_hint(out.shape[1]),
+        n=hint(out.shape[1]),
         dtype=out.dtype,
         device=out.device,
         produced=tuple(_is_fused_producer(p) for p in parts),
