@@ -247,12 +247,13 @@ class CatLinearWeightGradTest(TestCase):
         bias=st.booleans(),
         dynamic_rows=st.booleans(),
         matmul=st.booleans(),
+        two_heads=st.booleans(),
     )
     def test_weight_grad_generated(
-        self, widths, lead, made, frozen_parts, bias, dynamic_rows, matmul
+        self, widths, lead, made, frozen_parts, bias, dynamic_rows, matmul, two_heads
     ):
-        # eager's numbers, the gradient split exactly where the forward site
-        # is then taken, and never with a piece the caller holds
+        # eager's numbers, the gradients split exactly where the forward
+        # sites are then taken, and never with a piece the caller holds
         def fn(*args):
             parts, w = list(args[: len(widths)]), args[len(widths)]
             b = args[-1] if bias else None
@@ -267,8 +268,12 @@ class CatLinearWeightGradTest(TestCase):
                 x = torch.cat(parts, -1)
             if matmul:  # cat @ W.T (+ b): the gradient's other form
                 out = x @ w
-                return out if b is None else out + b
-            return F.linear(x, w, b)
+                out = out if b is None else out + b
+            else:
+                out = F.linear(x, w, b)
+            if two_heads:  # a second head on the cat, in the other form
+                out = out + 0.5 * (F.linear(x, w.t()) if matmul else x @ w.t())
+            return out
 
         n = 8
         args = make_inputs(lead, widths, n, bias=bias)
