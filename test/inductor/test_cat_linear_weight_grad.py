@@ -286,10 +286,20 @@ class CatLinearWeightGradTest(TestCase):
         self.common(fn, args, False if made == "first" else None)
 
     @requires_cuda_and_triton
-    def test_weight_grad_split_cuda_template(self):
+    @parametrize("matmul", [False, True])
+    def test_weight_grad_split_cuda_template(self, matmul):
         # the forward site takes the in-place template
-        args = make_inputs((256,), (64, 64), 96, torch.bfloat16, "cuda")
-        forward, _ = self.common(made_cat_linear, args, True, "mm")
+        def made_cat_matmul(a, b, w):
+            return torch.cat([torch.relu(a), b * 2.0], dim=-1) @ w
+
+        args = make_inputs(
+            (256,), (64, 64), 96, torch.bfloat16, "cuda", bias=not matmul
+        )
+        fn = made_cat_linear
+        if matmul:
+            args[2] = args[2].detach().t().contiguous().requires_grad_()
+            fn = made_cat_matmul
+        forward, _ = self.common(fn, args, True, "mm")
         FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(
             forward
         )
