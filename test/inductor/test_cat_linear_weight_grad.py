@@ -145,6 +145,23 @@ class CatLinearWeightGradTest(TestCase):
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 2)
         FileCheck().check_not("aten.cat").run(forward)
 
+    def test_weight_grad_keeps_other_reads_of_the_cat_as_mat2(self):
+        # GEMMs that read the cat as their second operand but not as a weight
+        # gradient does: through a view that is not the flattening one (the
+        # per-piece split would not type-check), or the cat twice (a Gram
+        # matrix; splitting it keeps the cat): nothing is split
+        def other_view(a, b, w, p):
+            x = torch.cat([torch.relu(a), b * 2.0], -1)
+            return F.linear(x, w).sum() + (p @ x.view(4, 80)).sum()
+
+        def gram(a, b, w, p):
+            x = torch.cat([torch.relu(a), b * 2.0], -1)
+            return F.linear(x, w).sum() + (x.t() @ x).sum() + p.sum()
+
+        for fn in (other_view, gram):
+            args = make_inputs((8,), (16, 24), 8, bias=False)
+            self.common(fn, [*args, torch.randn(3, 4)], False)
+
     def test_weight_grad_split_of_two_heads_on_one_cat(self):
         # one cat read by two forward GEMMs, a linear and a matmul: both
         # gradients split, and both forward sites read the pieces in place

@@ -8,9 +8,11 @@ post-grad lowering (``cat_linear_lowering.py``) leaves the training forward
 site alone (``cat_linear_cat_users``).  The patterns registered here run on
 the joint graph, before the partition, and compute that gradient as
 ``cat([mm(grad.T, part) for part in parts], 1)`` (``cat([mm(part.T, grad)
-for part in parts], 0)``): the same blocks, each the same sum over the rows.  The backward then
-reads the pieces, the partitioner saves those instead of the cat, and the
-forward's cat is left to the GEMMs that read it in place.
+for part in parts], 0)``): the same blocks, each the same sum over the
+rows.  The backward then reads the pieces, the partitioner saves those
+instead of the cat, and the forward's cat is left to the GEMMs that read it
+in place.  (A forward GEMM that reads the cat as its second operand has the
+same form, and is split alike.)
 
 A cat's gradients are split all or none: only where, once they all are,
 every other reader of the cat is a forward site the lowering takes (the same
@@ -56,11 +58,7 @@ aten = torch.ops.aten
 
 
 def _not_taken(key: str, reason: str, node: torch.fx.Node) -> bool:
-    log.debug(
-        "keeping the weight gradient of %s: the forward site stays stock (%s)",
-        node,
-        reason,
-    )
+    log.debug("keeping the weight gradient: %s stays stock (%s)", node, reason)
     return False
 
 
@@ -80,18 +78,49 @@ def _read(reader: torch.fx.Node) -> torch.fx.Node:
     return read
 
 
+def _reads(cat: torch.fx.Node) -> set[torch.fx.Node]:
+    """The cat and its views to ``(rows, K)``: what a gradient pattern reads."""
+    val = cat.meta.get("val")
+    k = val.shape[-1] if isinstance(val, torch.Tensor) else None
+    return {
+        cat,
+        *(
+            view
+            for view in cat.users
+            if view.target is aten.view.default
+            and isinstance(k, int)
+            and len(view.args[1]) == 2  # type: ignore[arg-type]
+            and view.args[1][1] == k  # type: ignore[index]
+        ),
+    }
+
+
+def _transposed(node: Any, reads: set[torch.fx.Node]) -> bool:
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.target is aten.permute.default
+        and list(node.args[1]) == [1, 0]  # type: ignore[arg-type]
+        and node.args[0] in reads
+    )
+
+
 def _gradient_reader(user: torch.fx.Node, reads: set[torch.fx.Node]) -> bool:
-    """Whether ``user`` of the cat or its view (``reads``) reads it as a
-    weight gradient does, in either form."""
+    """Whether ``user`` of the cat (``reads``: it and its views) reads it as a
+    weight gradient does, in either form, and only there: ``mm(X, cat)``
+    where X is not the cat, or ``cat.T`` read only by ``mm(cat.T, X)``."""
     if user.target is aten.mm.default:
-        return user.args[1] in reads
+        lhs = user.args[0]
+        return (
+            user.args[1] in reads and lhs not in reads and not _transposed(lhs, reads)
+        )
     (gemm,) = user.users if len(user.users) == 1 else (None,)
     return (
-        user.target is aten.permute.default
-        and list(user.args[1]) == [1, 0]  # type: ignore[arg-type]
+        _transposed(user, reads)
         and gemm is not None
         and gemm.target is aten.mm.default
         and gemm.args[0] is user
+        and gemm.args[1] not in reads
+        and not _transposed(gemm.args[1], reads)
     )
 
 
@@ -134,9 +163,10 @@ def _extra_bytes(reader: torch.fx.Node, site: CatLinearSite) -> float:
 
 
 def _check(match: Match) -> bool:
-    """Split where, once every weight gradient reading the cat is split, only
-    forward sites the lowering takes read it.  Equal cats count as one: the
-    partitioner's CSE merges them after this pass."""
+    """Split where no piece is the caller's, where once every weight gradient
+    reading the cat is split only forward sites the lowering takes read it
+    (equal cats count as one: the partitioner's CSE merges them after this
+    pass), and where the cat saves more than the gradients' extra reads."""
     opts = lowering.options()
     if opts is None:
         return False
@@ -147,27 +177,30 @@ def _check(match: Match) -> bool:
     cat = _read(reader)
     cat = cat if cat.target is aten.cat.default else cat.args[0]
     assert isinstance(cat, torch.fx.Node)
+    if not _gradient_reader(reader, _reads(cat)):
+        log.debug("keeping %s: it reads the cat twice, or through a view", reader)
+        return False
     grads: list[torch.fx.Node] = []
     forward: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     for other in (cat, *_equal_cats(cat)):
-        reads = {other, *(u for u in other.users if u.target is aten.view.default)}
+        reads = _reads(other)
         for user in lowering.cat_readers(other):
             if _gradient_reader(user, reads):
                 grads.append(user)
             else:
                 forward.append((user, other))
-    if not forward:
-        log.debug("keeping %s: the cat feeds no cat_linear site", reader)
-        return False
-    sites = []
+    site = None
     for user, other in forward:
-        site = _forward_site(user, other)
-        if site is None or not _taken(site, grads, opts):
+        forward_site = _forward_site(user, other)
+        if forward_site is None or not _taken(forward_site, grads, opts):
             log.debug("keeping %s: %s reads the cat and stays", reader, user)
             return False
-        sites.append(lowering.site(site))
+        site = site or lowering.site(forward_site)
+    if site is None:
+        log.debug("keeping %s: the cat feeds no cat_linear site", reader)
+        return False
     # the cat saved once, against every gradient's extra reads
-    if sum(_extra_bytes(g, sites[0]) for g in grads) >= sites[0].saved_bytes():
+    if sum(_extra_bytes(g, site) for g in grads) >= site.saved_bytes():
         log.debug("keeping %s: the gradients' extra reads cost more", reader)
         return False
     return True
@@ -230,25 +263,26 @@ def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
     ]
 
 
-def _split(match: Match, grad_t: Any, parts: Any, dim: Any, size: Any = None) -> None:
-    def repl(grad_t: torch.Tensor, *parts: torch.Tensor) -> torch.Tensor:
-        if size is not None:
-            parts = tuple(p.reshape(-1, p.shape[-1]) for p in parts)
-        return torch.cat([torch.mm(grad_t, p) for p in parts], 1)
-
-    match.replace_by_example(repl, [grad_t, *parts])
-    counters["inductor"]["cat_linear_weight_grad"] += 1
-
-
-def _split_transposed(
-    match: Match, grad: Any, parts: Any, dim: Any, size: Any = None
+def _split(
+    match: Match,
+    *,
+    parts: Any,
+    dim: Any,
+    size: Any = None,
+    grad_t: Any = None,
+    grad: Any = None,
 ) -> None:
-    def repl(grad: torch.Tensor, *parts: torch.Tensor) -> torch.Tensor:
+    """The gradient as blocks of per-piece GEMMs: the columns
+    ``mm(grad_t, part)``, or the rows ``mm(part.T, grad)``."""
+
+    def repl(g: torch.Tensor, *parts: torch.Tensor) -> torch.Tensor:
         if size is not None:
             parts = tuple(p.reshape(-1, p.shape[-1]) for p in parts)
-        return torch.cat([torch.mm(p.t(), grad) for p in parts], 0)
+        if grad is None:
+            return torch.cat([torch.mm(g, p) for p in parts], 1)
+        return torch.cat([torch.mm(p.t(), g) for p in parts], 0)
 
-    match.replace_by_example(repl, [grad, *parts])
+    match.replace_by_example(repl, [grad_t if grad is None else grad, *parts])
     counters["inductor"]["cat_linear_weight_grad"] += 1
 
 
@@ -272,4 +306,4 @@ def register_cat_linear_weight_grad(pass_dict: Any) -> None:
             ),
             extra_check=_check,
             pass_dict=pass_dict,
-        )(_split_transposed)
+        )(_split)
