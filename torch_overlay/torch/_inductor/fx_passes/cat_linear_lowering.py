@@ -178,15 +178,34 @@ def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
     )
 
 
-def taken(gemm: torch.fx.Node, opts: dict[str, Any]) -> bool:
-    """Whether the lowering takes ``gemm``'s site (asked without counting)."""
-    if summed_by_mm_plus_mm(gemm):
-        return False
+def match_site(gemm: torch.fx.Node) -> Match | None:
+    """``gemm``'s site as the lowering's patterns match it (None: not one)."""
     for pattern in patterns():
         match = pattern.match(gemm)
-        if is_match(match) and can_fuse_cat_mm(match, decline=_quiet, siblings=False):
-            return should_fuse_cat_mm(match, opts, decline=_quiet) is not None
-    return False
+        if is_match(match):
+            return match
+    return None
+
+
+def taken(
+    match: Match,
+    opts: dict[str, Any],
+    *,
+    weight_grads: Collection[torch.fx.Node] = (),
+    decline: Decline = _quiet,
+) -> bool:
+    """Whether the lowering takes this site, the other GEMMs on its cat aside
+    (asked without counting, unless ``decline`` counts); ``weight_grads`` as
+    in ``can_fuse_cat_mm``."""
+    gemm = match.output_node()
+    if summed_by_mm_plus_mm(gemm):
+        return decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
+    return (
+        can_fuse_cat_mm(
+            match, weight_grads=weight_grads, decline=decline, siblings=False
+        )
+        and should_fuse_cat_mm(match, opts, decline=decline) is not None
+    )
 
 
 def can_fuse_cat_mm(
@@ -210,7 +229,12 @@ def can_fuse_cat_mm(
     others = _gemm_users(gemm, weight_grads)
     opts = options()
     if others is None or (
-        siblings and others and not all(taken(u, opts or {}) for u in others)
+        siblings
+        and others
+        and not all(
+            (site := match_site(u)) is not None and taken(site, opts or {})
+            for u in others
+        )
     ):
         # another user needs the cat in memory, so reading the pieces in place
         # saves nothing (a training forward whose weight gradient reads it)

@@ -40,7 +40,6 @@ from .. import config
 from ..fx_utils import get_node_storage
 from ..pattern_matcher import (
     CallFunction,
-    is_match,
     KeywordArg,
     Match,
     MULTIPLE,
@@ -144,11 +143,10 @@ def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool
 def _forward_site(user: torch.fx.Node, cat: torch.fx.Node) -> Match | None:
     """``user``'s GEMM site where it reads ``cat`` as ``mat1``, matched as the
     lowering does."""
-    for pattern in lowering.patterns():
-        match = pattern.match(user)
-        if is_match(match) and lowering.cat_chain(user)[-1] is cat:
-            return match
-    return None
+    match = lowering.match_site(user)
+    if match is None or lowering.cat_chain(user)[-1] is not cat:
+        return None
+    return match
 
 
 def _extra_bytes(reader: torch.fx.Node, site: CatLinearSite) -> float:
@@ -192,10 +190,11 @@ def _check(match: Match) -> bool:
     site = None
     for user, other in forward:
         forward_site = _forward_site(user, other)
-        if forward_site is None or not _taken(forward_site, grads, opts):
+        taken = None if forward_site is None else _site_taken(forward_site, grads, opts)
+        if taken is None:
             log.debug("keeping %s: %s reads the cat and stays", reader, user)
             return False
-        site = site or lowering.site(forward_site)
+        site = site or taken
     if site is None:
         log.debug("keeping %s: the cat feeds no cat_linear site", reader)
         return False
@@ -206,25 +205,20 @@ def _check(match: Match) -> bool:
     return True
 
 
-def _taken(match: Match, grads: list[torch.fx.Node], opts: dict[str, Any]) -> bool:
-    """Whether the lowering takes this forward site once ``grads`` are split."""
-    gemm = match.output_node()
-    if not lowering.can_fuse_cat_mm(
-        match, weight_grads=grads, decline=_not_taken, siblings=False
-    ):
-        return False
-    if lowering.should_fuse_cat_mm(match, opts, decline=_not_taken) is None:
-        return False
-    if lowering.summed_by_mm_plus_mm(gemm):
-        log.debug("keeping the weight gradient: mm_plus_mm takes %s", gemm)
-        return False
+def _site_taken(
+    match: Match, grads: list[torch.fx.Node], opts: dict[str, Any]
+) -> CatLinearSite | None:
+    """The forward site as the decision sees it, where the lowering takes it
+    once ``grads`` are split; else None."""
+    if not lowering.taken(match, opts, weight_grads=grads, decline=_not_taken):
+        return None
     site = lowering.site(match)
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
         # pad_mm, a pattern of the same pass, may pad the forward GEMM after
         # this split: the post-grad lowering would then not see its cat
-        log.debug("keeping the weight gradient: pad_mm may pad %s", gemm)
-        return False
-    return True
+        log.debug("keeping the weight gradient: pad_mm may pad %s", match.output_node())
+        return None
+    return site
 
 
 def _hashable(value: Any) -> Any:
