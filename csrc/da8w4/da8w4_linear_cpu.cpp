@@ -469,12 +469,9 @@ void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
 //                            ordered by N group (each item re-reads the whole packed A)
 //   DA8W4_AMX_CHUNK_ROWS=R   at most R rows per item (at least one 32-row m tile)
 //   DA8W4_AMX_TOUCH=0        no first touch of the output pages in row bands
-//   DA8W4_AMX_EPILOGUE=after each block's vector epilogue issued in one piece after the
-//                            tile instructions, not woven into them (m_tile, kernel_amx.cpp)
 struct AmxKnobs {
   int64_t chunk_rows = -1;  // -1: by the L2 rule below
   bool touch = true;
-  bool weave_epilogue = true;  // DA8W4_AMX_EPILOGUE=after: false (AmxParams)
 };
 
 AmxKnobs amx_knobs() {
@@ -485,8 +482,6 @@ AmxKnobs amx_knobs() {
   }
   const char* touch = std::getenv("DA8W4_AMX_TOUCH");
   k.touch = !(touch && std::strcmp(touch, "0") == 0);
-  const char* epilogue = std::getenv("DA8W4_AMX_EPILOGUE");
-  k.weave_epilogue = !(epilogue && std::strcmp(epilogue, "after") == 0);
   return k;
 }
 
@@ -613,7 +608,6 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       p.out_kind = kind;
       p.out = out + (m0 * N + nb0 * kBlockN) * esize;
       p.ldo = N;
-      p.weave_epilogue = knobs.weave_epilogue;
       if (p.M > 0 && !gemm_amx(p)) {
         vnni_item(p, output_dtype);
       }

@@ -94,9 +94,6 @@ struct AmxParams {
   OutKind out_kind;
   void* out;  // element (row 0, column 0) of the item in the output
   int64_t ldo;  // in elements
-  // Weave each block's vector epilogue into a later block's tile instructions (see
-  // m_tile in kernel_amx.cpp); false only to measure the difference.
-  bool weave_epilogue = true;
 };
 #if defined(DA8W4_HAVE_AMX)
 // False (nothing written) when some zw of the item is below -112.

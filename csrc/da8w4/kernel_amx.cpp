@@ -267,15 +267,9 @@ struct ATiles {
   int64_t lda;
 };
 
-// `between(j, pairs)` is called after the j-th of the block's `pairs` pairs of tile
-// dot products is issued (m_tile runs a share of an earlier block's vector epilogue
-// there; see m_tile).
-template <bool kSym, bool kTwo, typename Between>
-inline void tile_block(const ATiles& at, int64_t c, const int8_t* bt, int64_t BK, int64_t kstep,
-                       Between&& between) {
+template <bool kSym, bool kTwo>
+inline void tile_block(const ATiles& at, int64_t c, const int8_t* bt, int64_t BK, int64_t kstep) {
   const int64_t nk4 = BK / 4;
-  const int64_t pairs = (BK / kstep) * (kTwo ? 2 : 1);
-  int64_t j = 0;
   TILE_ZERO(kC0);
   TILE_ZERO(kC1);
   if (kTwo) {
@@ -290,19 +284,12 @@ inline void tile_block(const ATiles& at, int64_t c, const int8_t* bt, int64_t BK
     TILE_LOAD(kB1, bt + (nk4 + k / 4) * 64, 64);
     TILE_DP(kSym, kC0, kA0, kB0);
     TILE_DP(kSym, kC1, kA0, kB1);
-    between(j++, pairs);
     if (kTwo) {
       TILE_LOAD(kA1, a + 16 * lda, lda);
       TILE_DP(kSym, kC2, kA1, kB0);
       TILE_DP(kSym, kC3, kA1, kB1);
-      between(j++, pairs);
     }
   }
-}
-
-template <bool kSym, bool kTwo>
-inline void tile_block(const ATiles& at, int64_t c, const int8_t* bt, int64_t BK, int64_t kstep) {
-  tile_block<kSym, kTwo>(at, c, bt, BK, kstep, [](int64_t, int64_t) {});
 }
 
 template <bool kTwo>
@@ -337,8 +324,7 @@ struct Pending {
 // (benchmarks/README.md, "AMX path: where the time goes"). Otherwise P is taken in
 // int32 and converted, as in the other paths.
 template <bool kSym, bool kFloatZp>
-inline void epilogue_rows(const Pending& b, int64_t r_begin, int64_t r_end, const int32_t* za, const float* sa,
-                          int64_t ldacc) {
+inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float* sa, int64_t ldacc) {
   const __m512 sw_lo = _mm512_loadu_ps(b.sw);
   const __m512 sw_hi = _mm512_loadu_ps(b.sw + 16);
   __m512i comp_lo = _mm512_setzero_si512();
@@ -351,7 +337,7 @@ inline void epilogue_rows(const Pending& b, int64_t r_begin, int64_t r_end, cons
     fcomp_lo = _mm512_cvtepi32_ps(comp_lo);
     fcomp_hi = _mm512_cvtepi32_ps(comp_hi);
   }
-  for (int64_t r = r_begin; r < r_end; ++r) {
+  for (int64_t r = 0; r < R; ++r) {
     const int32_t* c_lo = b.cb[(r / 16) * 2][r % 16];
     const int32_t* c_hi = b.cb[(r / 16) * 2 + 1][r % 16];
     __m512 P_lo;
@@ -373,11 +359,6 @@ inline void epilogue_rows(const Pending& b, int64_t r_begin, int64_t r_end, cons
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_mul_ps(_mm512_mul_ps(P_lo, a), sw_lo)));
     _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), _mm512_mul_ps(_mm512_mul_ps(P_hi, a), sw_hi)));
   }
-}
-
-template <bool kSym, bool kFloatZp>
-inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float* sa, int64_t ldacc) {
-  epilogue_rows<kSym, kFloatZp>(b, 0, R, za, sa, ldacc);
 }
 
 // Whether the FMA route of the epilogue is exact for this k block and these rows:
@@ -402,14 +383,6 @@ inline bool fp_zero_point_ok(int64_t BK, const int32_t* za, int64_t R) {
 // (its results were stored a whole iteration earlier) and stores block i's results.
 // Three rotating buffers each for results and unpacked weight. The epilogues still run
 // in block order, so each N block's k blocks are accumulated in order.
-//
-// The epilogue of block i - 2 is woven into block i's tile instructions: a share of its
-// rows after each pair of dot products (tile_block's `between`). Issued as one piece after
-// the tile instructions, its vector operations (more than the reorder buffer holds) kept
-// the next block's tile loads and dot products from being issued until most of them had
-// retired, so the tile unit and the vector units took turns instead of overlapping
-// (benchmarks/README.md, "da8w4 kernel: the AMX ceiling"). p.weave_epilogue = false
-// (DA8W4_AMX_EPILOGUE=after, benchmarks only) issues it in one piece.
 template <bool kSym, bool kTwo, bool kFloatZp>
 void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const int32_t* za,
             const float* sa, int8_t* panel, bool whole_panel, int64_t kstep, float* acc,
@@ -437,16 +410,9 @@ void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const i
       unpack(i + 1);
     }
     const int8_t* bt = whole_panel ? panel + (nb * Kc + c) * tile_bytes : panel + (i % 3) * tile_bytes;
-    if (i >= 2 && p.weave_epilogue) {
-      const Pending& b = pend[(i - 2) % 3];
-      tile_block<kSym, kTwo>(at, c, bt, BK, kstep, [&](int64_t j, int64_t pairs) {
-        epilogue_rows<kSym, kFloatZp>(b, R * j / pairs, R * (j + 1) / pairs, za, sa, ncols);
-      });
-    } else {
-      tile_block<kSym, kTwo>(at, c, bt, BK, kstep);
-      if (i >= 2) {
-        epilogue<kSym, kFloatZp>(pend[(i - 2) % 3], R, za, sa, ncols);
-      }
+    tile_block<kSym, kTwo>(at, c, bt, BK, kstep);
+    if (i >= 2) {
+      epilogue<kSym, kFloatZp>(pend[(i - 2) % 3], R, za, sa, ncols);
     }
     tile_store_c<kTwo>(s.cbuf[i % 3]);
     pend[i % 3] = Pending{s.cbuf[i % 3], p.sw + (nb * p.G + g) * kBlockN,

@@ -32,9 +32,7 @@ from _da8w4_loader import import_loader
 loader = import_loader()
 LOADED = loader.load()
 if not LOADED and os.environ.get("DA8W4_REQUIRE_KERNEL") == "1":
-    raise RuntimeError(
-        f"DA8W4_REQUIRE_KERNEL=1 but {loader.default_path()} did not load"
-    )
+    raise RuntimeError(f"DA8W4_REQUIRE_KERNEL=1 but {loader.default_path()} did not load")
 requires_kernel = unittest.skipUnless(
     LOADED, f"da8w4 kernel not built ({loader.default_path()})"
 )
@@ -89,18 +87,12 @@ def reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
         a = a - za.reshape(-1, 1).to(torch.float64)
     wd = w.to(torch.float64) - zw.to(torch.float64).repeat_interleave(group_size, dim=1)
     sa = sa.reshape(-1, 1).to(torch.float32)
-    acc = (
-        torch.zeros(a.shape[0], n)
-        if bias is None
-        else bias.expand(a.shape[0], n).clone()
-    )
+    acc = torch.zeros(a.shape[0], n) if bias is None else bias.expand(a.shape[0], n).clone()
     for c in range(k // bk):
         blk = slice(c * bk, (c + 1) * bk)
         # Integers below 2**53: exact in float64, then exactly an int32 value.
         p = (a[:, blk] @ wd[:, blk].T).to(torch.int32)
-        acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size].reshape(
-            1, n
-        )
+        acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size].reshape(1, n)
     return acc.to(out_dtype).reshape(*x.shape[:-1], n)
 
 
@@ -119,9 +111,7 @@ def prepack(w, sw, zw):
 
 def da8w4(x, sa, za, packed, bias, out_dtype):
     pw, ps, pz, pc = packed
-    return torch.ops.torchao.da8w4_linear_cpu(
-        x, sa, za, pw, ps, pz, pc, bias, out_dtype
-    )
+    return torch.ops.torchao.da8w4_linear_cpu(x, sa, za, pw, ps, pz, pc, bias, out_dtype)
 
 
 # (M shape, K, N, group_size): M=1, M=3, 3-D, K a multiple of 32 but not 128,
@@ -154,17 +144,10 @@ class TestDa8w4Prepack(TestCase):
         # Scales and zero points: [n / 32, g, n % 32] = x[n, g] (torchao's layout).
         self.assertEqual(ps, sw.reshape(n // BN, BN, g).transpose(1, 2), atol=0, rtol=0)
         self.assertEqual(pz, zw.reshape(n // BN, BN, g).transpose(1, 2), atol=0, rtol=0)
-        self.assertEqual(
-            (ps.dtype, pz.dtype, pc.dtype), (torch.float32, torch.int8, torch.int32)
-        )
+        self.assertEqual((ps.dtype, pz.dtype, pc.dtype), (torch.float32, torch.int8, torch.int32))
         # compensation[n / 32, c, n % 32] = sum_{k in c} (w - zp)
         wd = w.to(torch.int32) - zw.to(torch.int32).repeat_interleave(group_size, dim=1)
-        comp = (
-            wd.reshape(n, k // bk, bk)
-            .sum(-1, dtype=torch.int32)
-            .reshape(n // BN, BN, k // bk)
-            .transpose(1, 2)
-        )
+        comp = wd.reshape(n, k // bk, bk).sum(-1, dtype=torch.int32).reshape(n // BN, BN, k // bk).transpose(1, 2)
         self.assertEqual(pc, comp, atol=0, rtol=0)
 
     def test_1d_scales(self):
@@ -190,23 +173,11 @@ class TestDa8w4Prepack(TestCase):
         cases = [
             ((w[:48], s[:48], z[:48]), "N=48 must be a multiple of 32"),
             ((w.float(), s, z), "expected a 2-D uint8 weight"),
-            (
-                (w[None], s, z),
-                r"expected a 2-D uint8 weight \[N, K\], got Byte of shape \[1, 64, 128\]",
-            ),
-            (
-                (w, torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)),
-                "multiple of the number of groups",
-            ),
+            ((w[None], s, z), r"expected a 2-D uint8 weight \[N, K\], got Byte of shape \[1, 64, 128\]"),
+            ((w, torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)), "multiple of the number of groups"),
             # shapes and numbers are formatted without std::ostream (see num/shape in the kernel)
-            (
-                (w, s, z[:, :2]),
-                r"qzeros must have the shape of scales \[64, 4\], got \[64, 2\]",
-            ),
-            (
-                (w[:, :6], torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)),
-                "multiple of 4",
-            ),
+            ((w, s, z[:, :2]), r"qzeros must have the shape of scales \[64, 4\], got \[64, 2\]"),
+            ((w[:, :6], torch.ones(64, 3), torch.zeros(64, 3, dtype=torch.int8)), "multiple of 4"),
             ((w | 16, s, z), r"int4 in \[0, 15\]"),
         ]
         for args, msg in cases:
@@ -229,19 +200,14 @@ class TestDa8w4Linear(TestCase):
             x, sa, za = make_activation(m_shape, k, symmetric, gen)
             packed = prepack(w, sw, zw)
             for bias in (None, torch.randn(n, generator=gen)):
-                want = reference_linear(
-                    x, sa, za, w, sw, zw, bias, out_dtype, symmetric
-                )
+                want = reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric)
                 with force_isa(isa):
                     got = da8w4(x, sa, za, packed, bias, out_dtype)
                     self.assertEqual(loader.last_isa(), isa)
                 self.assertEqual(got.shape, (*m_shape, n))
                 self.assertEqual(got.dtype, out_dtype)
                 self.assertEqual(
-                    got,
-                    want,
-                    atol=0,
-                    rtol=0,
+                    got, want, atol=0, rtol=0,
                     msg=f"shape #{i} {m_shape}x{k}x{n} gs={group_size} bias={bias is not None}",
                 )
 
@@ -259,12 +225,7 @@ class TestDa8w4Linear(TestCase):
         for isa in ISAS:
             if _isa_available(isa):
                 with force_isa(isa):
-                    self.assertEqual(
-                        da8w4(x, sa, za, packed, bias, torch.float32),
-                        want,
-                        atol=0,
-                        rtol=0,
-                    )
+                    self.assertEqual(da8w4(x, sa, za, packed, bias, torch.float32), want, atol=0, rtol=0)
 
     @parametrize("symmetric", (False, True))
     def test_small_row_counts(self, symmetric):
@@ -279,28 +240,18 @@ class TestDa8w4Linear(TestCase):
             bias = torch.randn(n, generator=gen)
             for m in range(1, 10):
                 x, sa, za = make_activation((m,), k, symmetric, gen)
-                want = reference_linear(
-                    x, sa, za, w, sw, zw, bias, torch.float32, symmetric
-                )
+                want = reference_linear(x, sa, za, w, sw, zw, bias, torch.float32, symmetric)
                 for isa in ISAS:
                     if _isa_available(isa):
                         with force_isa(isa):
                             got = da8w4(x, sa, za, packed, bias, torch.float32)
                         self.assertEqual(
-                            got,
-                            want,
-                            atol=0,
-                            rtol=0,
-                            msg=f"{isa} m={m} gs={group_size}",
+                            got, want, atol=0, rtol=0, msg=f"{isa} m={m} gs={group_size}"
                         )
 
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
-        for symmetric, a_val, w_val, z_val in (
-            (False, 255, 15, 0),
-            (True, -128, 0, 15),
-            (True, 127, 15, 0),
-        ):
+        for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):
             n, k = 32, 256
             w = torch.full((n, k), w_val, dtype=torch.uint8)
             sw = torch.full((n, 2), 0.5)
@@ -308,9 +259,7 @@ class TestDa8w4Linear(TestCase):
             dtype = torch.int8 if symmetric else torch.uint8
             x = torch.full((2, k), a_val, dtype=dtype)
             sa, za = torch.ones(2), torch.zeros(2, dtype=torch.int32)
-            want = reference_linear(
-                x, sa, za, w, sw, zw, None, torch.float32, symmetric
-            )
+            want = reference_linear(x, sa, za, w, sw, zw, None, torch.float32, symmetric)
             for isa in ISAS:
                 if _isa_available(isa):
                     with force_isa(isa):
@@ -327,30 +276,17 @@ class TestDa8w4Linear(TestCase):
         if not _isa_available("amx"):
             self.skipTest("amx not available on this CPU/build")
         gen = torch.Generator().manual_seed(21)
-        for m, k, n, group_size in (
-            (33, 256, 96, 128),
-            (70, 256, 2080, 64),
-            (100, 216, 32, 36),
-            (16, 128, 64, 128),
-        ):
+        for m, k, n, group_size in ((33, 256, 96, 128), (70, 256, 2080, 64), (100, 216, 32, 36), (16, 128, 64, 128)):
             w, sw, zw = make_weight(n, k, group_size, gen)
             packed = prepack(w, sw, zw)
             bias = torch.randn(n, generator=gen)
             x, sa, za = make_activation((m,), k, symmetric, gen)
             for out_dtype in OUT_DTYPES:
-                want = reference_linear(
-                    x, sa, za, w, sw, zw, bias, out_dtype, symmetric
-                )
+                want = reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric)
                 with force_isa("amx"):
                     got = da8w4(x, sa, za, packed, bias, out_dtype)
                     self.assertEqual(loader.last_isa(), "amx")
-                self.assertEqual(
-                    got,
-                    want,
-                    atol=0,
-                    rtol=0,
-                    msg=f"m={m} n={n} gs={group_size} {out_dtype}",
-                )
+                self.assertEqual(got, want, atol=0, rtol=0, msg=f"m={m} n={n} gs={group_size} {out_dtype}")
 
     @parametrize("symmetric", (False, True))
     def test_amx_row_chunks(self, symmetric):
@@ -368,22 +304,12 @@ class TestDa8w4Linear(TestCase):
         bias = torch.randn(n, generator=gen)
         x, sa, za = make_activation((m,), k, symmetric, gen)
         want = reference_linear(x, sa, za, w, sw, zw, bias, torch.bfloat16, symmetric)
-        # The vector epilogue woven into the tile instructions (default) or after them.
-        cases = (("32", "1", ""), ("64", "0", "after"), ("100", "1", ""), ("0", "1", "after"),
-                 ("0", "0", ""), ("", "1", ""), ("", "1", "after"))  # fmt: skip
-        for rows, touch, epilogue in cases:
-            env = {"DA8W4_ISA": "amx", "DA8W4_AMX_CHUNK_ROWS": rows, "DA8W4_AMX_TOUCH": touch,
-                   "DA8W4_AMX_EPILOGUE": epilogue}  # fmt: skip
+        for rows, touch in (("32", "1"), ("64", "0"), ("100", "1"), ("0", "1"), ("0", "0"), ("", "1")):
+            env = {"DA8W4_ISA": "amx", "DA8W4_AMX_CHUNK_ROWS": rows, "DA8W4_AMX_TOUCH": touch}
             with mock.patch.dict(os.environ, env):
                 got = da8w4(x, sa, za, packed, bias, torch.bfloat16)
                 self.assertEqual(loader.last_isa(), "amx")
-            self.assertEqual(
-                got,
-                want,
-                atol=0,
-                rtol=0,
-                msg=f"chunk rows {rows!r}, touch {touch}, epilogue {epilogue!r}",
-            )
+            self.assertEqual(got, want, atol=0, rtol=0, msg=f"chunk rows {rows!r}, touch {touch}")
 
     def test_amx_activation_zero_point_routes(self):
         # The AMX epilogue takes float(C - za * comp) as one FMA on float(C), float(za)
@@ -416,13 +342,9 @@ class TestDa8w4Linear(TestCase):
         w_small[:, [0, 1, 2, gs, gs + 1, gs + 2]] = 15
         zw_small = torch.full((n, k // gs), 14, dtype=torch.int8)
         za_big = za.clone()
-        za_big[32:] = torch.tensor(
-            [2**24 + 3, -(2**24) - 7, 2**26 + 1, 3, 5, 7, 11, 13], dtype=torch.int32
-        )
+        za_big[32:] = torch.tensor([2**24 + 3, -(2**24) - 7, 2**26 + 1, 3, 5, 7, 11, 13], dtype=torch.int32)
         packed = prepack(w_small, sw, zw_small)
-        want = reference_linear(
-            x, sa, za_big, w_small, sw, zw_small, None, torch.float32, False
-        )
+        want = reference_linear(x, sa, za_big, w_small, sw, zw_small, None, torch.float32, False)
         for isa in ISAS:
             if _isa_available(isa):
                 with force_isa(isa):
@@ -465,8 +387,7 @@ class TestDa8w4Linear(TestCase):
         self.assertEqual(
             da8w4(x, sa, za, packed, None, torch.float32),
             da8w4(x.contiguous(), sa, za, packed, None, torch.float32),
-            atol=0,
-            rtol=0,
+            atol=0, rtol=0,
         )
 
     def test_empty_m(self):
@@ -484,15 +405,7 @@ class TestDa8w4Linear(TestCase):
         pw, ps, pz, pc = prepack(w, sw, zw)
         want = da8w4(x, sa, za, (pw, ps, pz, pc), None, torch.float32)
         got = torch.ops.torchao.da8w4_linear_cpu(
-            x,
-            sa,
-            torch.full_like(za, 77),
-            pw,
-            ps,
-            pz,
-            torch.empty(0, dtype=torch.int32),
-            None,
-            torch.float32,
+            x, sa, torch.full_like(za, 77), pw, ps, pz, torch.empty(0, dtype=torch.int32), None, torch.float32
         )
         self.assertEqual(got, want, atol=0, rtol=0)
 
@@ -504,41 +417,20 @@ class TestDa8w4Linear(TestCase):
         op = torch.ops.torchao.da8w4_linear_cpu
 
         def call(**kw):
-            args = dict(
-                input=x,
-                input_scales=sa,
-                input_qzeros=za,
-                weight=pw,
-                weight_scales=ps,
-                weight_qzeros=pz,
-                compensation=pc,
-                bias=None,
-                output_dtype=torch.float32,
-            )
+            args = dict(input=x, input_scales=sa, input_qzeros=za, weight=pw, weight_scales=ps,
+                        weight_qzeros=pz, compensation=pc, bias=None, output_dtype=torch.float32)
             args.update(kw)
             return op(*args.values())
 
         cases = [
             (dict(input=x.float()), "input must be uint8 .* or int8"),
-            (
-                dict(output_dtype=torch.int32),
-                "output_dtype must be float32, bfloat16 or float16",
-            ),
-            (
-                dict(input=x[:, :96]),
-                r"input.size\(-1\)=96 does not match the weight's K=128",
-            ),
+            (dict(output_dtype=torch.int32), "output_dtype must be float32, bfloat16 or float16"),
+            (dict(input=x[:, :96]), r"input.size\(-1\)=96 does not match the weight's K=128"),
             (dict(input_scales=sa[:2]), "one scale per row"),
-            (
-                dict(input_qzeros=za[:2]),
-                "input_qzeros must have the shape of input_scales",
-            ),
+            (dict(input_qzeros=za[:2]), "input_qzeros must have the shape of input_scales"),
             (dict(input_qzeros=za.long()), "input_qzeros of dtype Int"),
             (dict(input_scales=sa.double()), "input_scales of dtype Float"),
-            (
-                dict(weight=pw.reshape(2, 4, 64, 8)),
-                r"weight.size\(3\) \* 2 must be the block size 32",
-            ),
+            (dict(weight=pw.reshape(2, 4, 64, 8)), r"weight.size\(3\) \* 2 must be the block size 32"),
             (dict(weight=pw.reshape(2, 4, -1)), "expected a prepacked uint8 weight"),
             (dict(weight_scales=ps[:1]), "expected weight_scales of shape"),
             (dict(weight_qzeros=pz.int()), "weight_qzeros of dtype Char"),
@@ -555,10 +447,7 @@ class TestDa8w4Linear(TestCase):
         w, sw, zw = make_weight(32, 64, 32, gen)
         x, sa, za = make_activation((2,), 64, False, gen)
         packed = prepack(w, sw, zw)
-        with (
-            force_isa("sse9"),
-            self.assertRaisesRegex(RuntimeError, "unknown DA8W4_ISA=sse9"),
-        ):
+        with force_isa("sse9"), self.assertRaisesRegex(RuntimeError, "unknown DA8W4_ISA=sse9"):
             da8w4(x, sa, za, packed, None, torch.float32)
         with force_isa("auto"):
             da8w4(x, sa, za, packed, None, torch.float32)
@@ -597,16 +486,8 @@ class TestDa8w4Loader(TestCase):
             "l = importlib.util.module_from_spec(spec); spec.loader.exec_module(l)\n"
             "print(l.load('/nonexistent/libda8w4_linear_cpu.so'), l._schema_defined('da8w4_linear_cpu'))\n"
         )
-        env = {
-            k: v for k, v in os.environ.items() if k != "PYTHONPATH"
-        }  # without torchao
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # without torchao
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         self.assertEqual(out.stdout.split(), ["False", "False"])
 
 
@@ -633,62 +514,34 @@ class TestDa8w4Fake(TestCase):
         # Schema, fake-vs-real shapes/strides/dtypes and dispatcher registrations.
         gen = torch.Generator().manual_seed(12)
         w, sw, zw = make_weight(64, 256, 64, gen)
-        torch.library.opcheck(
-            torch.ops.torchao.da8w4_linear_prepack_cpu.default, (w, sw, zw)
-        )
+        torch.library.opcheck(torch.ops.torchao.da8w4_linear_prepack_cpu.default, (w, sw, zw))
         pw, ps, pz, pc = prepack(w, sw, zw)
         x, sa, za = make_activation((2, 3), 256, symmetric, gen)
-        for bias, dtype in (
-            (None, torch.bfloat16),
-            (torch.randn(64, generator=gen), torch.float32),
-        ):
+        for bias, dtype in ((None, torch.bfloat16), (torch.randn(64, generator=gen), torch.float32)):
             torch.library.opcheck(
-                torch.ops.torchao.da8w4_linear_cpu.default,
-                (x, sa, za, pw, ps, pz, pc, bias, dtype),
+                torch.ops.torchao.da8w4_linear_cpu.default, (x, sa, za, pw, ps, pz, pc, bias, dtype)
             )
 
     def test_meta(self):
-        pw, ps, pz, pc = prepack(
-            *(t.to("meta") for t in make_weight(64, 256, 128, torch.Generator()))
-        )
+        pw, ps, pz, pc = prepack(*(t.to("meta") for t in make_weight(64, 256, 128, torch.Generator())))
         self.assertEqual(pw.shape, (2, 2, 128, 16))
         x = torch.empty(5, 256, dtype=torch.int8, device="meta")
         y = torch.ops.torchao.da8w4_linear_cpu(
-            x,
-            torch.empty(5, device="meta"),
-            torch.empty(5, dtype=torch.int32, device="meta"),
-            pw,
-            ps,
-            pz,
-            pc,
-            None,
-            torch.float16,
+            x, torch.empty(5, device="meta"), torch.empty(5, dtype=torch.int32, device="meta"),
+            pw, ps, pz, pc, None, torch.float16,
         )
-        self.assertEqual(
-            (y.shape, y.dtype, y.device.type), ((5, 64), torch.float16, "meta")
-        )
+        self.assertEqual((y.shape, y.dtype, y.device.type), ((5, 64), torch.float16, "meta"))
 
     def test_fake_rejects(self):
         with FakeTensorMode():
             with self.assertRaisesRegex(RuntimeError, "must be a multiple of 32"):
-                prepack(
-                    torch.empty(48, 64, dtype=torch.uint8),
-                    torch.empty(48, 2),
-                    torch.empty(48, 2, dtype=torch.int8),
-                )
+                prepack(torch.empty(48, 64, dtype=torch.uint8), torch.empty(48, 2), torch.empty(48, 2, dtype=torch.int8))
             with self.assertRaisesRegex(RuntimeError, "does not match the weight's K"):
                 da8w4(
-                    torch.empty(3, 60, dtype=torch.uint8),
-                    torch.empty(3),
-                    torch.empty(3, dtype=torch.int32),
-                    (
-                        torch.empty(1, 2, 32, 16, dtype=torch.uint8),
-                        torch.empty(1, 2, 32),
-                        torch.empty(1, 2, 32, dtype=torch.int8),
-                        torch.empty(1, 2, 32, dtype=torch.int32),
-                    ),
-                    None,
-                    torch.float32,
+                    torch.empty(3, 60, dtype=torch.uint8), torch.empty(3), torch.empty(3, dtype=torch.int32),
+                    (torch.empty(1, 2, 32, 16, dtype=torch.uint8), torch.empty(1, 2, 32),
+                     torch.empty(1, 2, 32, dtype=torch.int8), torch.empty(1, 2, 32, dtype=torch.int32)),
+                    None, torch.float32,
                 )
 
     def test_compile_fullgraph_dynamic_m(self):
@@ -698,9 +551,7 @@ class TestDa8w4Fake(TestCase):
         bias = torch.randn(64, generator=gen)
 
         def f(x, sa, za):
-            y = torch.ops.torchao.da8w4_linear_cpu(
-                x, sa, za, pw, ps, pz, pc, bias, torch.float32
-            )
+            y = torch.ops.torchao.da8w4_linear_cpu(x, sa, za, pw, ps, pz, pc, bias, torch.float32)
             return torch.relu(y) * 2.0
 
         torch._dynamo.reset()
