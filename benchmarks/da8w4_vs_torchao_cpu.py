@@ -15,7 +15,9 @@ measurement. After timing, each worker counts the minor page faults of one more 
 (getrusage): an output of 32 MiB or more is a fresh mmap on every call (glibc), so its
 pages fault again each time. % of peak is 2*M*N*K / time against threads * 1024 int8 MAC/cycle (AMX
 TMUL, per core) * 2 * the clock in --clock-ghz (default: the largest "cpu MHz" in
-/proc/cpuinfo, which is stated in the output).
+/proc/cpuinfo, which is stated in the output), or against --peak-tops (for example the
+in-register TDPBUSD throughput that benchmarks/da8w4_amx_breakdown.sh measures on the host).
+"identical" is the share of output elements equal bit for bit ("all" only when every one is).
 
     python benchmarks/da8w4_vs_torchao_cpu.py --torchao-src /path/to/torchao \\
         --threads 16 [--variant amx_all:DA8W4_ISA=amx --variant vnni:DA8W4_ISA=avx512vnni]
@@ -261,6 +263,7 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=0.05)
     parser.add_argument("--clock-ghz", type=float, default=None)
+    parser.add_argument("--peak-tops", type=float, default=None, help="the peak for %% of peak (default: assumed)")
     parser.add_argument("--variant", action="append", default=[], help="NAME:VAR=VALUE[,VAR=VALUE]")
     parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "torchao_da8w4_build"))
     parser.add_argument("--json", help="also write the results here (and each finished worker's times to JSON.partial)")
@@ -280,7 +283,9 @@ def main():
         variants.append((name, dict(e.split("=", 1) for e in envs.split(",") if e)))
 
     clock = args.clock_ghz or clock_ghz()
-    peak = args.threads * 1024 * 2 * clock * 1e9
+    peak = args.peak_tops * 1e12 if args.peak_tops else args.threads * 1024 * 2 * clock * 1e9
+    peak_text = (f"peak given: {args.peak_tops:.1f} TOPS" if args.peak_tops else
+                 f"peak assumed: {args.threads} cores x 1024 int8 MAC/cycle x {clock:.2f} GHz = {peak / 1e12:.1f} TOPS")
     with tempfile.TemporaryDirectory() as tmp:
         print("building torchao's kernel ...", file=sys.stderr, flush=True)
         t0 = time.time()
@@ -302,8 +307,7 @@ def main():
         med = {tag: {key: statistics.median(run[key] for run in rs) for key in rs[0]} for tag, rs in runs.items()}
 
         print(f"Machine: {machine(args.threads)}; group_size {args.group_size}; bf16 output; asymmetric uint8 "
-              f"activation; warm cache; {args.rounds} rounds of alternating processes, medians; "
-              f"peak assumed: {args.threads} cores x 1024 int8 MAC/cycle x {clock:.2f} GHz = {peak / 1e12:.1f} TOPS")
+              f"activation; warm cache; {args.rounds} rounds of alternating processes, medians; {peak_text}")
         library = dense_library(args)
         print(f"dense int8 GEMM: torch._int_mm, run by {library}")
         print()
@@ -323,7 +327,7 @@ def main():
                 fa, fo = med["torchao"].get("minflt:" + key, -1), med["ours"].get("minflt:" + key, -1)
                 print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
                       f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {100 * ops / td / peak:.1f}% | "
-                      f"{ulps:.0f} | {100 * same:.1f}% | "
+                      f"{ulps:.0f} | {'all' if same == 1.0 else f'{100 * same:.3f}%'} | "
                       f"{rel:.1e} | {fa:.0f} / {fo:.0f} |", flush=True)
                 table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, dense_int8_s=td, ulps=ulps,
                                   identical=same,
