@@ -116,6 +116,37 @@ class CatLinearWeightGradTest(TestCase):
             self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
             self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
 
+    def test_weight_grad_keeps_the_cat_of_an_input_written_before_it(self):
+        # a[...] = v before the cat: the piece is the value written back into
+        # the input, in the input's own storage. The caller then writes the
+        # input before the backward; the weight gradient must still read what
+        # the forward concatenated
+        def write_then_cat(a, b, w):
+            a[:, :2] = 1.0
+            return F.linear(torch.cat([a, torch.sin(b)], -1), w)
+
+        def make():
+            torch.manual_seed(0)
+            a = torch.randn(8, 16)
+            b, w = torch.randn(8, 16, requires_grad=True), torch.randn(8, 32)
+            return a, b, w.requires_grad_()
+
+        (a, b, w), (ra, rb, rw) = make(), make()
+        counters.clear()
+        torch._dynamo.reset()
+        with fusion("view"):
+            out = torch.compile(write_then_cat)(a, b, w)
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 0)
+        ref = write_then_cat(ra, rb, rw)
+        with torch.no_grad():
+            a.add_(100.0)
+            ra.add_(100.0)
+        out.sum().backward()
+        ref.sum().backward()
+        self.assertEqual(out, ref)
+        self.assertEqual(w.grad, rw.grad)
+        self.assertEqual(b.grad, rb.grad)
+
     def test_weight_grad_keeps_the_cat_where_the_site_stays(self):
         # the forward site would be declined (the view form in 16-bit; the
         # decision on a CPU), so splitting the gradient would free nothing

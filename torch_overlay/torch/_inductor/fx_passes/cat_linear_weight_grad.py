@@ -124,12 +124,23 @@ def _gradient_reader(user: torch.fx.Node, reads: set[torch.fx.Node]) -> bool:
 
 
 def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool:
-    """Whether a part shares storage with a graph input or output.  The
-    caller can write such a tensor between forward and backward; the backward
-    would then read the new values where stock reads the cat it saved (an
-    autograd version-counter error where stock runs)."""
+    """Whether a part shares storage with a graph input or output, or is a
+    value written back into an input (``a[0] = x`` before the cat: the copy_
+    of that input mutation, which Inductor performs in the input's own
+    storage).  The caller can write such a tensor between forward and
+    backward; the backward would then read the new values where stock reads
+    the cat it saved (an autograd version-counter error where stock runs, or
+    a wrong gradient)."""
     (output,) = graph.find_nodes(op="output")
-    ends = [*graph.find_nodes(op="placeholder"), *tree_leaves(output.args)]
+    placeholders = graph.find_nodes(op="placeholder")
+    inputs = {get_node_storage(node) for node in placeholders} - {None}
+    written_back = [
+        node.args[1]
+        for node in graph.find_nodes(op="call_function", target=aten.copy_.default)
+        if isinstance(node.args[0], torch.fx.Node)
+        and get_node_storage(node.args[0]) in inputs
+    ]
+    ends = [*placeholders, *tree_leaves(output.args), *written_back]
     reachable = {
         get_node_storage(node) for node in ends if isinstance(node, torch.fx.Node)
     } - {None}
