@@ -15,6 +15,10 @@
 //               block i-2, exactly as the kernel runs it (no unpack, no acc init, no final store)
 //   epi_only    the fp32 epilogue alone on results that were not just tile-stored (vector only)
 //   unpack      (d) the whole-panel unpack of each item (once per item per call, as the kernel)
+//   valu_only   the epilogue's vector arithmetic per block on registers only (no memory)
+//   tmul_valu   tmul + that arithmetic after each block, and tmul_mem: tmul + the epilogue's loads and
+//               stores per block without arithmetic. tmul_epi adds up tmul and epi_only (results/); these
+//               say whether the tile unit competes with the vector arithmetic or with the memory traffic
 // Times: median over reps of the parallel region's wall time. Per stage: us, GOPS (2*M*N*K /
 // t), % of the assumed peak (threads * 1024 MAC/cycle * --ghz), % of the measured `peak`
 // stage, cycles per 32x32x128 block at --ghz (t * ghz * threads / blocks).
@@ -187,8 +191,11 @@ AmxParams item_params(const Problem& P, const Decomp& d, int64_t t) {
   return p;
 }
 
-enum Stage { kFull, kTmul, kTmulBL1, kTmulStore, kTmulEpi, kEpiOnly, kUnpack, kNumStages };
-const char* kStageName[] = {"full", "tmul", "tmul_bL1", "tmul_store", "tmul_epi", "epi_only", "unpack"};
+enum Stage {
+  kFull, kTmul, kTmulBL1, kTmulStore, kTmulEpi, kEpiOnly, kUnpack, kValuOnly, kTmulValu, kTmulMem, kNumStages
+};
+const char* kStageName[] = {"full", "tmul", "tmul_bL1", "tmul_store", "tmul_epi", "epi_only", "unpack",
+                            "valu_only", "tmul_valu", "tmul_mem"};
 const char* kStageDesc[] = {
     "(a) whole kernel (gemm_amx per item)",
     "(b) TMUL only, pre-unpacked B from the L2 panel",
@@ -197,6 +204,9 @@ const char* kStageDesc[] = {
     "(c) (b) + C store + fp32 epilogue (m_tile)",
     "fp32 epilogue only (vector)",
     "(d) int4->int8 unpack of each item's panel",
+    "the epilogue's vector arithmetic per block, on registers only (no memory)",
+    "(b) + that register arithmetic after each block: ~tmul if TMUL and vector ALU overlap, ~sum if not",
+    "(b) + the epilogue's loads and stores per block (C results, fp32 acc), no arithmetic",
 };
 
 struct ThreadBufs {
@@ -205,7 +215,49 @@ struct ThreadBufs {
   alignas(64) int32_t sink[4][16][16];
 };
 
-// One m tile of stages tmul / tmul_bL1 / tmul_store / epi_only.
+// The epilogue's vector arithmetic for R rows (per row and half: convert, fnmadd, two multiplies, add, and
+// the two per-row broadcasts), on registers only; 8 independent accumulators, as the epilogue's rows are
+// independent. The result goes to `sink` so that nothing is optimised away.
+inline void valu_rows(int64_t R, float* sink) {
+  const __m512 a = _mm512_set1_ps(1.0001f);
+  const __m512 z = _mm512_set1_ps(0.5f);
+  __m512 f[8];
+  for (int j = 0; j < 8; ++j) {
+    f[j] = _mm512_set1_ps(float(j));
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const __m512i c = _mm512_set1_epi32(int32_t(r));
+    const __m512 s = _mm512_set1_ps(float(r));
+    const __m512 p0 = _mm512_fnmadd_ps(z, a, _mm512_cvtepi32_ps(c));
+    const __m512 p1 = _mm512_fnmadd_ps(s, a, _mm512_cvtepi32_ps(c));
+    f[(2 * r) % 8] = _mm512_add_ps(f[(2 * r) % 8], _mm512_mul_ps(_mm512_mul_ps(p0, s), z));
+    f[(2 * r + 1) % 8] = _mm512_add_ps(f[(2 * r + 1) % 8], _mm512_mul_ps(_mm512_mul_ps(p1, s), a));
+  }
+  __m512 t = f[0];
+  for (int j = 1; j < 8; ++j) {
+    t = _mm512_add_ps(t, f[j]);
+  }
+  _mm512_storeu_ps(sink, _mm512_add_ps(_mm512_loadu_ps(sink), t));
+}
+
+// The epilogue's memory traffic for R rows: the two 64-byte halves of each C result row read, the fp32
+// accumulator row (two halves) read and written back, no arithmetic. The stores keep the accumulator's
+// values (the mask is 0, but read at run time, so the result loads stay).
+volatile uint16_t g_mem_mask = 0;
+inline void mem_rows(int64_t R, int32_t (*cb)[16][16], float* acc, int64_t ldacc) {
+  const __mmask16 keep = g_mem_mask;
+  for (int64_t r = 0; r < R; ++r) {
+    const __m512i lo = _mm512_loadu_si512(cb[(r / 16) * 2][r % 16]);
+    const __m512i hi = _mm512_loadu_si512(cb[(r / 16) * 2 + 1][r % 16]);
+    float* out = acc + r * ldacc;
+    const __m512 o0 = _mm512_loadu_ps(out);
+    const __m512 o1 = _mm512_loadu_ps(out + 16);
+    _mm512_storeu_ps(out, _mm512_mask_mov_ps(o0, keep, _mm512_castsi512_ps(lo)));
+    _mm512_storeu_ps(out + 16, _mm512_mask_mov_ps(o1, keep, _mm512_castsi512_ps(hi)));
+  }
+}
+
+// One m tile of stages tmul / tmul_bL1 / tmul_store / epi_only / valu_only / tmul_valu / tmul_mem.
 template <bool kTwo>
 void mtile_partial(Stage st, const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const int8_t* panel,
                    int64_t kstep, float* acc, int64_t ncols, ThreadBufs& tb) {
@@ -219,12 +271,22 @@ void mtile_partial(Stage st, const AmxParams& p, Scratch& s, int64_t R, const AT
     }
     return;
   }
+  if (st == kValuOnly) {
+    for (int64_t i = 0; i < T; ++i) {
+      valu_rows(R, acc);
+    }
+    return;
+  }
   for (int64_t i = 0; i < T; ++i) {
     const int64_t c = i / p.nblk, nb = i % p.nblk;
     const int8_t* bt = st == kTmulBL1 ? panel : panel + (nb * Kc + c) * tile_bytes;
     tile_block<false, kTwo>(at, c, bt, BK, kstep);
     if (st == kTmulStore) {
       tile_store_c<kTwo>(s.cbuf[i % 3]);
+    } else if (st == kTmulValu) {
+      valu_rows(R, acc);
+    } else if (st == kTmulMem) {
+      mem_rows(R, s.cbuf[(i + 1) % 3], acc + nb * kBlockN, ncols);
     }
   }
   tile_store_c<kTwo>(tb.sink);
