@@ -162,6 +162,19 @@ class CatLinearWeightGradTest(TestCase):
 
         self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
 
+    def test_weight_grad_keeps_the_cat_read_by_a_backward_gemm(self):
+        # torch.func.grad in the step: the outer backward reads the cat as
+        # mat1 (mm(cat, tangent.T)), which is no forward site, so the cat is
+        # saved for it and the forward site stays: no gradient is split
+        def grad_of_w(a, b, w, bias):
+            def loss(w):
+                return made_cat_linear(a, b, w, bias).pow(2).sum()
+
+            return torch.func.grad(loss)(w)
+
+        self.common(grad_of_w, make_inputs((16,), (16, 16), 8), False)
+        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
+
     def test_weight_grad_split_of_two_equal_cats(self):
         # two linears on equal cats of the same pieces: both gradients split,
         # and once the partitioner's CSE has merged the two cats into one

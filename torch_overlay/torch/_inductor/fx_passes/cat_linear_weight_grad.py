@@ -34,6 +34,7 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd.utils import _is_tangent
 from torch.utils._pytree import tree_leaves
 
 from .. import config
@@ -151,9 +152,28 @@ def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool
     )
 
 
-def _forward_site(user: torch.fx.Node, cat: torch.fx.Node) -> Match | None:
+def _backward(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes that depend on a tangent: the partitioner puts them in the
+    backward."""
+    seen: set[torch.fx.Node] = set()
+    stack = [node for node in graph.find_nodes(op="placeholder") if _is_tangent(node)]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.users)
+    return seen
+
+
+def _forward_site(
+    user: torch.fx.Node, cat: torch.fx.Node, backward: set[torch.fx.Node]
+) -> Match | None:
     """``user``'s GEMM site where it reads ``cat`` as ``mat1``, matched as the
-    lowering does."""
+    lowering does, and in the forward: a GEMM that depends on a tangent (the
+    backward of a ``torch.func.grad`` in the step) runs in the backward, which
+    then reads the cat the forward saves."""
+    if user in backward:
+        return None
     match = lowering.match_site(user)
     if match is None or lowering.cat_chain(user)[-1] is not cat:
         return None
@@ -199,8 +219,9 @@ def _check(match: Match) -> bool:
             else:
                 forward.append((user, other))
     site = None
+    backward = _backward(reader.graph) if forward else set()
     for user, other in forward:
-        forward_site = _forward_site(user, other)
+        forward_site = _forward_site(user, other, backward)
         taken = None if forward_site is None else _site_taken(forward_site, grads, opts)
         if taken is None:
             log.debug("keeping %s: %s reads the cat and stays", reader, user)
