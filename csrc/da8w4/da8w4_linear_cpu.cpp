@@ -336,7 +336,7 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // parallel_items), so a thread that runs slower (a vCPU sharing its core, a busy
 // neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the slowest
 // thread took 2.5-3x as long as the fastest on equal work on the AMX host
-// (benchmarks/README.md, "AMX path: where the time goes"). For benchmarks only,
+// (benchmarks/results/da8w4_kernel.md, "AMX path: where the time goes"). For benchmarks only,
 // DA8W4_SCHED=static restores equal ranges and the coarser AMX items of the previous
 // kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
 // ---------------------------------------------------------------------------

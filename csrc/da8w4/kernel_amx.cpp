@@ -321,7 +321,7 @@ struct Pending {
 // C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does. One
 // vector operation fewer per 16 results than the int32 route (a multiply, a subtract
 // and the conversion), in an epilogue that is bound by its vector operations
-// (benchmarks/README.md, "AMX path: where the time goes"). Otherwise P is taken in
+// (benchmarks/results/da8w4_kernel.md, "AMX path: where the time goes"). Otherwise P is taken in
 // int32 and converted, as in the other paths.
 template <bool kSym, bool kFloatZp>
 inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float* sa, int64_t ldacc) {
