@@ -1,0 +1,136 @@
+"""Probe: can Inductor's prologue fusion fold a pointwise-made piece into the cat_mm template, and what
+does it buy?  One GPU, the patched torch (the series installed), bf16, forward.
+
+Today a piece made by a pointwise op (relu, EdgeConv's ``x_j - x_i``, a gather) is written by its own
+kernel and read back by the template, so only the other pieces save (``cat_linear_fused_cost``'s
+``produced``).  Two things keep the producer out of the template: the one-loop layout reads the pieces
+with plain loads (no ``load_input``), and the scheduler's prologue heuristics refuse a prologue that
+computes in fp32 for a 16-bit template (``check_prologue_fusion_heuristics_fusable``).  Per site and
+variant this prints the device time, the number of GPU kernels, the max difference from eager, or the
+error:
+
+  stock          cat_linear off
+  default        cat_linear on, the decision (``{}``)
+  mm             the template forced (``{"form": "mm"}``): the layout the template picks
+  loops          forced, the per-piece loops layout (``load_input``) wherever it fits, heuristics as
+                 upstream has them
+  loops+prolog   as ``loops``, with the prologue heuristics accepting every prologue: the best case of
+                 folding the producer in (what a template-aware heuristic could allow)
+
+    PYTHONUNBUFFERED=1 python benchmarks/cat_linear_prologue_probe_gpu.py --reps 3 --out $OUT/prologue.json
+
+Not a timed claim by itself: its figures go to ``benchmarks/README.md`` only once measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_time import kernel_breakdown_us
+
+
+def edge_site(x, src, dst, w, b):
+    x_i, x_j = x.index_select(0, dst), x.index_select(0, src)
+    return F.linear(torch.cat([x_i, x_j - x_i], -1), w, b)
+
+
+def relu_site(a, c, w, b):
+    return F.linear(torch.cat([torch.relu(a), c], -1), w, b)
+
+
+def sites(scale: float):
+    """(name, fn, args): EdgeConv's first layer, and relu'd first pieces of the sweep."""
+    dev, dt = "cuda", torch.bfloat16
+    out = []
+    nodes, deg, feat, hidden = int(100_000 * scale), 20, 64, 128
+    x = torch.randn(nodes, feat, device=dev, dtype=dt)
+    src = torch.randint(0, nodes, (nodes * deg,), device=dev)
+    dst = torch.arange(nodes, device=dev).repeat_interleave(deg)
+    w = torch.randn(hidden, 2 * feat, device=dev, dtype=dt) / (2 * feat) ** 0.5
+    out.append((f"edgeconv {nodes * deg} x 64+64 -> 128", edge_site, (x, src, dst, w, torch.randn(hidden, device=dev, dtype=dt))))
+    for rows, widths, n in ((int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64)):
+        a, c = (torch.randn(rows, k, device=dev, dtype=dt) for k in widths)
+        w = torch.randn(n, sum(widths), device=dev, dtype=dt) / sum(widths) ** 0.5
+        out.append((f"relu {rows} x {'+'.join(map(str, widths))} -> {n}", relu_site, (a, c, w, torch.randn(n, device=dev, dtype=dt))))
+    return out
+
+
+@contextlib.contextmanager
+def variant(name: str):
+    from torch._inductor import config
+    from torch._inductor.kernel import cat_linear as kernel
+    from torch._inductor.scheduler import Scheduler
+
+    options = {"stock": None, "default": {}}.get(name, {"form": "mm"})
+    fusion = {} if options is None else {"cat_linear": options}
+    saved_tiles = kernel.one_loop_tiles
+    saved_check = Scheduler.check_prologue_fusion_heuristics_fusable
+    if name.startswith("loops"):
+        kernel.one_loop_tiles = lambda widths, block_k: False
+    if name == "loops+prolog":
+        Scheduler.check_prologue_fusion_heuristics_fusable = lambda self, prologue, template, why: True
+    try:
+        # no cache: the variants differ in what no cache key holds
+        with config.patch(pre_grad_fusion_options=fusion, force_disable_caches=True):
+            yield
+    finally:
+        kernel.one_loop_tiles = saved_tiles
+        Scheduler.check_prologue_fusion_heuristics_fusable = saved_check
+
+
+def measure(fn, args, name: str, reps: int) -> dict:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    row: dict = {"variant": name}
+    try:
+        with variant(name):
+            compiled = torch.compile(fn)
+            out = compiled(*args)
+        row["taken"] = counters["inductor"]["cat_linear"]
+        row["max_diff"] = (out.float() - fn(*args).float()).abs().max().item()
+        times, kernels = [], 0
+        for _ in range(reps):
+            per = kernel_breakdown_us(lambda: compiled(*args))
+            times.append(sum(per.values()))
+            kernels = len(per)
+        row.update(us=statistics.median(times), us_all=times, kernels=kernels, names=list(per)[:6])
+    except Exception as e:  # a variant that does not compile is a finding, not a crash of the probe
+        row["error"] = f"{type(e).__name__}: {e}"[:400]
+        traceback.print_exc()
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--scale", type=float, default=1.0, help="row counts x this (0.01: a dry run)")
+    p.add_argument("--variants", nargs="+", default=["stock", "default", "mm", "loops", "loops+prolog"])
+    p.add_argument("--out", default="cat_linear_prologue_probe.json")
+    args = p.parse_args()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    results = []
+    for site, fn, inputs in sites(args.scale):
+        for name in args.variants:
+            row = dict(site=site, **measure(fn, inputs, name, args.reps))
+            results.append(row)
+            shown = row.get("error") or f"{row['us']:.1f} us, {row['kernels']} kernels, taken {row['taken']}, max diff {row['max_diff']:.3g}"
+            print(f"{site:40s} {name:14s} {shown}", flush=True)
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
