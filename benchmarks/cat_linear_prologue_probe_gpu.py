@@ -19,7 +19,7 @@ error:
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_prologue_probe_gpu.py --reps 3 --out $OUT/prologue.json
 
-Not a timed claim by itself: its figures go to ``benchmarks/README.md`` only once measured.
+Its figures: ``benchmarks/README.md``, "Producers folded in: a probe".
 """
 
 from __future__ import annotations
