@@ -1,5 +1,6 @@
 # Owner(s): ["module: inductor"]
 import contextlib
+import dataclasses
 from unittest import mock
 
 from hypothesis import given, settings, strategies as st
@@ -456,17 +457,30 @@ class CatLinearFusedTest(TestCase):
             self.assertFalse(cuda_site((351, 128), 2048).one_loop)
             wide = cost.decide(cuda_site((351, 128), 2048))
             self.assertEqual((wide.form, wide.counter), (None, "k_tail"))
-            # pieces made by pointwise ops: stock writes them straight into
-            # the cat and the template reads them from their own buffers (no
-            # 16-bit prologue fuses), so they save nothing in either layout
+            # pieces made by pointwise ops or gathers: the template computes
+            # them in its loads (its per-piece loops), so they save their
+            # traffic too
             made = [True, True]
+            whole = cuda_site((256, 256), 160, produced=made)
+            self.assertFalse(whole.one_loop)
+            self.assertEqual(cost.decide(whole).form, "mm")
             tail_made = cost.decide(cuda_site((128, 351), 256, produced=made))
-            self.assertEqual((tail_made.form, tail_made.counter), (None, "screened"))
-            whole = cost.decide(cuda_site((256, 256), 160, produced=made))
-            self.assertEqual((whole.form, whole.counter), (None, "screened"))
+            self.assertEqual((tail_made.form, tail_made.counter), ("mm", "roofline"))
+            # ... but not at a compute-bound GEMM: left to max_autotune
+            made_cb = cost.decide(cuda_site((1024, 1024), 1024, produced=made))
+            self.assertEqual((made_cb.form, made_cb.counter), (None, "prologue"))
+            # without prologue fusion stock writes them straight into the cat
+            # and the template reads them from their own buffers: they save
+            # nothing, and the template keeps its one loop
+            no_fusion = dict(produced=made, prologue_fusion=False)
+            off = cost.decide(cuda_site((256, 256), 160, **no_fusion))
+            self.assertEqual((off.form, off.counter), (None, "screened"))
             # one piece in place still saves its own traffic
-            half = cost.decide(cuda_site((256, 256), 160, produced=[True, False]))
-            self.assertEqual((half.form, half.counter), ("mm", "roofline"))
+            half = cuda_site((256, 256), 160, produced=[True, False])
+            half_off = dataclasses.replace(half, prologue_fusion=False)
+            self.assertTrue(half_off.one_loop)
+            self.assertEqual(cost.decide(half_off).form, "mm")
+            self.assertLess(half_off.saved_bytes(), half.saved_bytes())
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))
@@ -680,6 +694,41 @@ class CatLinearFusedTest(TestCase):
             )
         if dynamic == "all":
             self.assertGreaterEqual(counters["inductor"]["cat_linear_width"], 1)
+
+    @requires_cuda_and_triton
+    @parametrize("prologue_fusion", [True, False])
+    def test_cat_linear_cuda_prologues(self, prologue_fusion):
+        # Pieces made by a pointwise op or a gather are computed in the
+        # template's loads (no kernel writes them first), in its per-piece
+        # loops; without prologue fusion they are written by kernels of
+        # their own and the template keeps its one loop.
+        def fn(a, b, x, idx, w, bias):
+            parts = [torch.relu(a), b * 2.0, x[idx]]
+            return F.linear(torch.cat(parts, -1), w, bias)
+
+        rows = 256
+        args = [
+            torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16),
+            torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16),
+            torch.randn(50, 64, device="cuda", dtype=torch.bfloat16),
+            torch.randint(0, 50, (rows,), device="cuda"),
+            torch.randn(96, 192, device="cuda", dtype=torch.bfloat16),
+            torch.randn(96, device="cuda", dtype=torch.bfloat16),
+        ]
+        with (
+            torch.no_grad(),
+            inductor_config.patch(prologue_fusion=prologue_fusion),
+        ):
+            (code,) = self.common(fn, args, 1, "mm")
+        if prologue_fusion:
+            FileCheck().check_not("def triton_poi").run(code)
+            FileCheck().check("def triton_tem_").check("maximum").check_not(
+                "tl.where(in_a1"
+            ).run(code)
+        else:
+            FileCheck().check("def triton_poi").check("def triton_tem_").check(
+                "tl.where(in_a1"
+            ).run(code)
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_no_triton_backend(self):

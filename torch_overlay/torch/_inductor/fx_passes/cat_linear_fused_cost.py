@@ -3,8 +3,9 @@ Whether ``linear(cat(parts, -1), W, b)`` is worth computing without the cat.
 
 Every form computes the same GEMM as stock; all it can save is the cat: one
 write and one read of the ``M x K`` activation, for the pieces whose trip
-through the cat buffer is not free (stock writes a pointwise producer's output
-straight into the buffer).  So at best the step gets ``(gemm + cat) / gemm``
+through the cat buffer is not free: stock writes a pointwise (or gather)
+producer's output straight into the buffer, so such a piece saves only where
+the template computes it in its loads (a prologue).  So at best the step gets ``(gemm + cat) / gemm``
 faster, with both at their roofline cost.  Only the device's ridge point (the
 FLOPs it sustains per byte of DRAM traffic) enters that ratio, and it comes
 from device properties torch already knows; nothing is timed at compile time.
@@ -37,7 +38,7 @@ COPY_EFFICIENCY = 0.87
 # it, kernel efficiency decides, which the roofline cannot see.
 MARGIN = 1.1
 # Best case from which the per-piece loops layout (pieces not of whole K
-# tiles) is taken at a memory-bound site without a benchmark: at 2 pipeline
+# tiles, or prologues) is taken at a memory-bound site without a benchmark: at 2 pipeline
 # stages its kernel trails cuBLAS on a ready input by up to this much.
 LOOPS_MIN_BOUND = 1.3
 # At a compute-bound GEMM the template's one loop trails cuBLAS least where
@@ -115,24 +116,39 @@ class CatLinearSite:
     n: int
     dtype: torch.dtype
     device: torch.device
-    # Per part: written by a pointwise op that stock fuses into the cat.
+    # Per part: written by a pointwise or gather op that stock fuses into
+    # the cat.
     produced: tuple[bool, ...]
     max_autotune: bool = False
     # Whether stock's GEMM reads rows that start aligned (the cat's of K
     # elements, the weight's of its leading stride, as pad_mm counts
     # alignment); else cuBLAS takes its unaligned kernels.
     gemm_aligned: bool = True
+    # Whether Inductor fuses prologues into templates (config.prologue_fusion).
+    prologue_fusion: bool = True
 
     @property
     def k(self) -> int:
         return sum(self.widths)
 
     @property
+    def prologues(self) -> bool:
+        """Whether the template computes the produced pieces in its loads: its
+        per-piece loops read every piece through ``load_input``, where the
+        scheduler fuses the producer in (``kernel/cat_linear.py``).  The
+        ``"view"`` form's GEMMs read every piece from memory."""
+        return (
+            self.prologue_fusion
+            and any(self.produced)
+            and has_template(self.device, self.dtype)
+        )
+
+    @property
     def one_loop(self) -> bool:
-        """Whether the template reads the pieces in its one-loop layout (every
-        piece but the last whole K tiles); else in per-piece loops, each with a
-        masked tail."""
-        return any(
+        """Whether the template reads the pieces in its one-loop layout (no
+        prologues, and every piece but the last whole K tiles); else in
+        per-piece loops, each with a masked tail."""
+        return not self.prologues and any(
             one_loop_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS
         )
 
@@ -149,13 +165,13 @@ class CatLinearSite:
         return roofline(*self._gemm_flops_bytes(), ridge)
 
     def saved_bytes(self) -> float:
-        """The cat traffic a form saves: a write and a read of each piece
-        that is not made by a pointwise op.  Stock writes such a piece
-        straight into the cat; the template reads it from a buffer of its
-        own, since Inductor fuses no prologue that computes in 16-bit
-        dtypes into a 16-bit template (``Scheduler``'s prologue heuristics),
-        so the piece saves nothing."""
-        saved = sum(w for w, p in zip(self.widths, self.produced) if not p)
+        """The cat traffic a form saves: a write and a read of each piece read
+        in place or computed in the template's loads.  A produced piece that
+        the template reads from a buffer of its own saves nothing: stock
+        writes it straight into the cat."""
+        saved = sum(
+            w for w, p in zip(self.widths, self.produced) if self.prologues or not p
+        )
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:
@@ -195,14 +211,19 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune")
+    # what puts the template in its per-piece loops, if anything
+    loops, key = (
+        ("prologues", "prologue")
+        if site.prologues
+        else ("a piece before the last not of whole K tiles", "k_tail")
+    )
     if site.compute_bound(ridge):
         if not site.one_loop:
             return Decision(
                 None,
-                "a piece before the last is not whole K tiles at a "
-                "compute-bound GEMM: "
+                f"the per-piece loops ({loops}) at a compute-bound GEMM: "
                 "only max_autotune can tell",
-                "k_tail",
+                key,
             )
         if not site.gemm_aligned:
             return Decision(
@@ -218,8 +239,7 @@ def decide(site: CatLinearSite) -> Decision:
     elif not site.one_loop and bound < LOOPS_MIN_BOUND:
         return Decision(
             None,
-            f"best case {bound:.2f}x with a piece before the last not of "
-            "whole K tiles: "
+            f"best case {bound:.2f}x in the per-piece loops ({loops}): "
             "only max_autotune can tell",
             "below_bound",
         )

@@ -100,14 +100,19 @@ def hint(size: Any) -> int:
     return optimization_hint(size, fallback=config.unbacked_symint_fallback)
 
 
+# Gathers Inductor lowers to a pointwise loop (an indirect load).
+_GATHERS = (aten.index.Tensor, aten.index_select.default, aten.embedding.default)
+
+
 def _is_fused_producer(node: torch.fx.Node) -> bool:
-    """A single-user pointwise op: stock writes it straight into the cat."""
+    """A single-user pointwise op or gather: stock writes it straight into
+    the cat, and the template can compute it in its loads (a prologue)."""
     target = node.target
     return (
         node.op == "call_function"
         and len(node.users) == 1
         and isinstance(target, torch._ops.OpOverload)
-        and torch.Tag.pointwise in target.tags
+        and (torch.Tag.pointwise in target.tags or target in _GATHERS)
     )
 
 
@@ -298,6 +303,7 @@ def site(match: Match) -> cost.CatLinearSite:
         gemm_aligned=not any(
             get_padded_length(x, align) for x in (sum(widths), leading)
         ),
+        prologue_fusion=config.prologue_fusion,
     )
 
 
@@ -333,7 +339,11 @@ def should_fuse_cat_mm(
         from ..kernel.cat_linear import why_no_template
 
         why = why_no_template(
-            the_site.device, the_site.dtype, the_site.n, the_site.widths
+            the_site.device,
+            the_site.dtype,
+            the_site.n,
+            the_site.widths,
+            loops=the_site.prologues,
         )
         if why is not None:
             decline("no_template", why, gemm)
@@ -349,6 +359,11 @@ def _check(match: Match) -> bool:
     if form is None:
         return False
     match.kwargs["form"] = form
+    # the pieces the template computes in its loads (see cost.CatLinearSite)
+    the_site = site(match)
+    match.kwargs["prologues"] = (
+        the_site.produced if form == "mm" and the_site.prologues else None
+    )
     counters["inductor"]["cat_linear"] += 1
     return True
 
@@ -361,6 +376,7 @@ def _meaning(
     form: str | None = None,
     bias: torch.Tensor | None = None,
     size: Any = None,
+    prologues: Any = None,
 ) -> torch.Tensor:
     """What a rewritten site computes, on tensors: the FakeTensorUpdater's
     view of the lowering's node, when a later pass changes its inputs or a
@@ -383,6 +399,7 @@ def _lower(match: Match, *, mat2: Any, form: str, **kwargs: Any) -> Any:
         mat2,
         kwargs.get("bias"),
         None if size is None else size[0],
+        kwargs.get("prologues"),
     )
 
 

@@ -7,7 +7,11 @@ the form the post-grad ``cat_linear`` lowering pattern
   header describes its two loop layouts), the bias as its epilogue as in
   ``tuned_addmm``.  By default one config and no benchmark; under
   ``max_autotune`` the configs of Inductor's mm heuristic for the
-  ``M x K x N`` problem, next to the extern ``cat`` + ``mm``.  Where no
+  ``M x K x N`` problem, next to the extern ``cat`` + ``mm``.  Pieces made
+  by a pointwise op or a gather (``prologues``) are computed in the
+  template's loads: its per-piece loops read every piece through
+  ``load_input``, and the producers are let past the scheduler's prologue
+  heuristics.  Where no
   template applies the pattern declines the site first
   (``why_no_template``); should one get here anyway, it lowers to ``cat`` +
   ``mm`` as one extern kernel.
@@ -29,7 +33,7 @@ from ..fx_passes.cat_linear_fused_cost import (
     one_loop_tiles,
     whole_tiles,
 )
-from ..ir import Buffer, FixedLayout
+from ..ir import Buffer, ComputedBuffer, FixedLayout, Pointwise
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
 from ..select_algorithm import (
@@ -107,7 +111,11 @@ def can_use_template(layout: FixedLayout) -> bool:
 
 
 def why_no_template(
-    device: torch.device, dtype: torch.dtype, n: int, widths: Sequence[int]
+    device: torch.device,
+    dtype: torch.dtype,
+    n: int,
+    widths: Sequence[int],
+    loops: bool = False,
 ) -> str | None:
     """Why the in-place template cannot compute an ``M x n`` site here (None:
     it can), asked before the site is taken: on a CPU, in another dtype, on a
@@ -117,21 +125,22 @@ def why_no_template(
     if not can_use_template(layout):
         return f"no in-place template for {dtype} on {device} with these backends"
     autotune = config.max_autotune or config.max_autotune_gemm
-    if not autotune and _default_config(n, widths, dtype.itemsize) is None:
+    if not autotune and _default_config(n, widths, dtype.itemsize, loops) is None:
         return "no default config fits the shared memory"
     return None
 
 
 def _layout(
-    cfg: dict[str, Any], widths: Sequence[Any], itemsize: int
+    cfg: dict[str, Any], widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
     """``cfg`` with the template's layout flags (ONE_LOOP where every piece
-    but the last is whole tiles of its BLOCK_K, EVEN_K where the last is too,
-    else the per-piece loops at no more than ``LOOPS_MAX_STAGES``), or None
+    but the last is whole tiles of its BLOCK_K and ``loops`` does not ask for
+    the per-piece loops, EVEN_K where the last is whole tiles too, else the
+    per-piece loops at no more than ``LOOPS_MAX_STAGES``), or None
     where its buffers do not fit the shared memory (one tile of a piece and
     one of the weight per stage, and the pipeline's barriers, as Inductor's
     mm templates count them)."""
-    one_loop = one_loop_tiles(widths, cfg["BLOCK_K"])
+    one_loop = not loops and one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
@@ -141,11 +150,11 @@ def _layout(
 
 
 def _default_config(
-    n: Any, widths: Sequence[Any], itemsize: int
+    n: Any, widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
     """The first of the default configs that fits: the one-loop layout's at
-    each K tile that every piece but the last is whole tiles of, then the
-    per-piece loops'."""
+    each K tile that every piece but the last is whole tiles of (unless
+    ``loops``), then the per-piece loops'."""
     narrow = (
         isinstance(n, int)
         and n <= 64
@@ -155,7 +164,7 @@ def _default_config(
     candidates = [
         cfg
         for block_k in ONE_LOOP_BLOCK_KS
-        if one_loop_tiles(widths, block_k)
+        if not loops and one_loop_tiles(widths, block_k)
         for cfg in one_loop_table[block_k]
     ]
     candidates += _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
@@ -171,6 +180,7 @@ def _default_config(
             ),
             widths,
             itemsize,
+            loops,
         )
         if cfg is not None:
             return cfg
@@ -178,7 +188,7 @@ def _default_config(
 
 
 def _heuristic_configs(
-    m: Any, widths: Sequence[Any], mat2: Any, layout: FixedLayout
+    m: Any, widths: Sequence[Any], mat2: Any, layout: FixedLayout, loops: bool
 ) -> list[dict[str, Any]]:
     """Inductor's mm heuristic's configs for the ``M x K x N`` problem the
     site computes (its cat is described, never made), each in the layout its
@@ -196,22 +206,22 @@ def _heuristic_configs(
             for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")
         }
         cfg["num_stages"] = kwargs["num_stages"]
-        laid_out = _layout(cfg, widths, layout.dtype.itemsize)
+        laid_out = _layout(cfg, widths, layout.dtype.itemsize, loops)
         if laid_out is not None:
             configs[tuple(sorted(laid_out.items()))] = laid_out
     return list(configs.values())
 
 
 def _template_choices(
-    parts: list[Any], mat2: Any, inp: Any, layout: FixedLayout
+    parts: list[Any], mat2: Any, inp: Any, layout: FixedLayout, loops: bool
 ) -> list[Any]:
     m, n = layout.size
     widths = [p.get_size()[1] for p in parts]
     autotune = config.max_autotune or config.max_autotune_gemm
     if autotune:
-        configs = _heuristic_configs(m, widths, mat2, layout)
+        configs = _heuristic_configs(m, widths, mat2, layout, loops)
     else:
-        default = _default_config(n, widths, layout.dtype.itemsize)
+        default = _default_config(n, widths, layout.dtype.itemsize, loops)
         configs = [] if default is None else [default]
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     epilogue: dict[str, Any] = {}
@@ -242,19 +252,45 @@ def _extern(parts: list[Any], mat2: Any, inp: Any, layout: FixedLayout) -> Any:
     return extern.bind(nodes, layout).output_node()
 
 
-def tuned_cat_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
+def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
+    """Let the scheduler fuse each flagged piece's producer into the
+    template's loads past its prologue heuristics, as ``invoke_quant``'s
+    lowering does for its operands.  The heuristics decline a producer that
+    computes in fp32 for a 16-bit template, or reads more than it writes;
+    here each such piece saves a write and a read of the piece, which the
+    decision weighed.  The scheduler still fuses only a single-use,
+    functional pointwise producer."""
+    for part, fold in zip(parts, prologues):
+        buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
+        if isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise):
+            V.graph.invoke_quant_ops.add(buf.get_operation_name())
+
+
+def tuned_cat_mm(
+    parts: list[Any],
+    mat2: Any,
+    bias: Any = None,
+    prologues: Sequence[bool] | None = None,
+) -> Any:
     """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts`` (``bias``
     broadcastable to the output, or None), reading the parts in place where a
-    template applies, else as ``cat`` + ``mm`` in one extern kernel."""
+    template applies, else as ``cat`` + ``mm`` in one extern kernel.
+    ``prologues``: per part, whether the template computes its producer in
+    its loads (then in the per-piece loops layout)."""
     m = parts[0].get_size()[0]
     n = mat2.get_size()[1]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
+    loops = bool(prologues) and any(prologues)
     choices = (
-        _template_choices(parts, mat2, inp, layout) if can_use_template(layout) else []
+        _template_choices(parts, mat2, inp, layout, loops)
+        if can_use_template(layout)
+        else []
     )
+    if choices and loops:
+        _fold_producers(parts, prologues)
     if not choices:
         return _extern(parts, mat2, inp, layout)
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
@@ -278,16 +314,21 @@ def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     return acc
 
 
-_FORMS = {"mm": tuned_cat_mm, "view": split_k_mm}
-
-
 def lower_cat_mm(
-    form: str, parts: list[Any], mat2: Any, bias: Any = None, rows: Any = None
+    form: str,
+    parts: list[Any],
+    mat2: Any,
+    bias: Any = None,
+    rows: Any = None,
+    prologues: Sequence[bool] | None = None,
 ) -> Any:
     """Lower a matched site in ``form``.  ``parts`` are 2-D, or 3-D with
-    ``rows`` the product of their leading sizes (the site's view to 2-D)."""
+    ``rows`` the product of their leading sizes (the site's view to 2-D);
+    ``prologues`` as in ``tuned_cat_mm``."""
     if rows is not None:
         parts = [
             lowerings[aten.view.default](p, [rows, p.get_size()[-1]]) for p in parts
         ]
-    return _FORMS[form](parts, mat2, bias)
+    if form == "mm":
+        return tuned_cat_mm(parts, mat2, bias, prologues)
+    return split_k_mm(parts, mat2, bias)
