@@ -59,7 +59,8 @@ def sites(scale: float):
     dst = torch.arange(nodes, device=dev).repeat_interleave(deg)
     w = torch.randn(hidden, 2 * feat, device=dev, dtype=dt) / (2 * feat) ** 0.5
     out.append((f"edgeconv {nodes * deg} x 64+64 -> 128", edge_site, (x, src, dst, w, torch.randn(hidden, device=dev, dtype=dt))))
-    for rows, widths, n in ((int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64)):
+    for rows, widths, n in ((int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64),
+                              (int((1 << 19) * scale), (256, 256), 96)):
         a, c = (torch.randn(rows, k, device=dev, dtype=dt) for k in widths)
         w = torch.randn(n, sum(widths), device=dev, dtype=dt) / sum(widths) ** 0.5
         out.append((f"relu {rows} x {'+'.join(map(str, widths))} -> {n}", relu_site, (a, c, w, torch.randn(n, device=dev, dtype=dt))))

@@ -466,9 +466,22 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(cost.decide(whole).form, "mm")
             tail_made = cost.decide(cuda_site((128, 351), 256, produced=made))
             self.assertEqual((tail_made.form, tail_made.counter), ("mm", "roofline"))
-            # ... but not at a compute-bound GEMM: left to max_autotune
+            self.assertTrue(cost.decide(whole).prologues)
+            # ... but not at a compute-bound GEMM, where the per-piece loops
+            # trail cuBLAS most: there the produced pieces are read from
+            # their own buffers, in the one loop, and save nothing
             made_cb = cost.decide(cuda_site((1024, 1024), 1024, produced=made))
-            self.assertEqual((made_cb.form, made_cb.counter), (None, "prologue"))
+            self.assertEqual((made_cb.form, made_cb.counter), (None, "screened"))
+            half_cb = cost.decide(
+                cuda_site(
+                    (128, 351),
+                    1024,
+                    rows=16384,
+                    produced=[True, False],
+                    gemm_aligned=False,
+                )
+            )
+            self.assertEqual((half_cb.form, half_cb.prologues), ("mm", False))
             # without prologue fusion stock writes them straight into the cat
             # and the template reads them from their own buffers: they save
             # nothing, and the template keeps its one loop

@@ -185,11 +185,13 @@ class CatLinearSite:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """The form a site takes (None: stock), why, and the counter it bumps."""
+    """The form a site takes (None: stock), why, the counter it bumps, and
+    whether the template computes the produced pieces in its loads."""
 
     form: str | None
     reason: str
     counter: str | None = None
+    prologues: bool = False
 
 
 def decide(site: CatLinearSite) -> Decision:
@@ -210,20 +212,20 @@ def decide(site: CatLinearSite) -> Decision:
     if bound < MARGIN:
         return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
     if site.max_autotune:
-        return Decision("mm", "max_autotune benchmarks it", "autotune")
-    # what puts the template in its per-piece loops, if anything
-    loops, key = (
-        ("prologues", "prologue")
-        if site.prologues
-        else ("a piece before the last not of whole K tiles", "k_tail")
-    )
+        return Decision(
+            "mm", "max_autotune benchmarks it", "autotune", prologues=site.prologues
+        )
     if site.compute_bound(ridge):
+        if site.prologues:
+            # the per-piece loops trail cuBLAS most where compute-bound: the
+            # produced pieces are read from their own buffers instead
+            return decide(dataclasses.replace(site, prologue_fusion=False))
         if not site.one_loop:
             return Decision(
                 None,
-                f"the per-piece loops ({loops}) at a compute-bound GEMM: "
-                "only max_autotune can tell",
-                key,
+                "a piece before the last is not whole K tiles at a "
+                "compute-bound GEMM: only max_autotune can tell",
+                "k_tail",
             )
         if not site.gemm_aligned:
             return Decision(
@@ -239,8 +241,10 @@ def decide(site: CatLinearSite) -> Decision:
     elif not site.one_loop and bound < LOOPS_MIN_BOUND:
         return Decision(
             None,
-            f"best case {bound:.2f}x in the per-piece loops ({loops}): "
+            f"best case {bound:.2f}x in the per-piece loops: "
             "only max_autotune can tell",
             "below_bound",
         )
-    return Decision("mm", f"best case {bound:.2f}x", "roofline")
+    return Decision(
+        "mm", f"best case {bound:.2f}x", "roofline", prologues=site.prologues
+    )

@@ -309,8 +309,9 @@ def site(match: Match) -> cost.CatLinearSite:
 
 def should_fuse_cat_mm(
     match: Match, opts: dict[str, Any], decline: Decline = _decline
-) -> str | None:
-    """The form the site takes, or None for stock."""
+) -> cost.Decision | None:
+    """The form the site takes (and whether with prologues), or None for
+    stock."""
     gemm = match.output_node()
     form = opts.get("form")
     the_site = site(match)
@@ -335,6 +336,10 @@ def should_fuse_cat_mm(
             form,
             decision.reason,
         )
+    else:
+        decision = cost.Decision(
+            form, "forced", prologues=form == "mm" and the_site.prologues
+        )
     if form == "mm":
         from ..kernel.cat_linear import why_no_template
 
@@ -343,27 +348,24 @@ def should_fuse_cat_mm(
             the_site.dtype,
             the_site.n,
             the_site.widths,
-            loops=the_site.prologues,
+            loops=decision.prologues,
         )
         if why is not None:
             decline("no_template", why, gemm)
             return None
-    return form
+    return decision
 
 
 def _check(match: Match) -> bool:
     opts = options()
     if opts is None or not can_fuse_cat_mm(match):
         return False
-    form = should_fuse_cat_mm(match, opts)
-    if form is None:
+    decision = should_fuse_cat_mm(match, opts)
+    if decision is None:
         return False
-    match.kwargs["form"] = form
+    match.kwargs["form"] = decision.form
     # the pieces the template computes in its loads (see cost.CatLinearSite)
-    the_site = site(match)
-    match.kwargs["prologues"] = (
-        the_site.produced if form == "mm" and the_site.prologues else None
-    )
+    match.kwargs["prologues"] = site(match).produced if decision.prologues else None
     counters["inductor"]["cat_linear"] += 1
     return True
 
