@@ -283,7 +283,8 @@ def tuned_cat_mm(
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
-    loops = bool(prologues) and any(prologues)
+    prologues = prologues or ()
+    loops = any(prologues)
     choices = (
         _template_choices(parts, mat2, inp, layout, loops)
         if can_use_template(layout)
