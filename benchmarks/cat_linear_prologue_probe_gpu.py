@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import statistics
+import time
 import sys
 import traceback
 
@@ -73,10 +74,13 @@ def variant(name: str):
     from torch._inductor.kernel import cat_linear as kernel
     from torch._inductor.scheduler import Scheduler
 
-    options = {"stock": None, "default": {}}.get(name, {"form": "mm"})
+    options = {"stock": None, "default": {}}.get(name, {} if name.startswith("stages") else {"form": "mm"})
     fusion = {} if options is None else {"cat_linear": options}
     saved_tiles = kernel.one_loop_tiles
     saved_check = Scheduler.check_prologue_fusion_heuristics_fusable
+    saved_stages = kernel.LOOPS_MAX_STAGES
+    if name.startswith("stages"):  # default mode, the per-piece loops pipelined deeper
+        kernel.LOOPS_MAX_STAGES = int(name[len("stages"):])
     if name.startswith("loops"):
         kernel.one_loop_tiles = lambda widths, block_k: False
     if name == "loops+prolog":
@@ -87,6 +91,7 @@ def variant(name: str):
             yield
     finally:
         kernel.one_loop_tiles = saved_tiles
+        kernel.LOOPS_MAX_STAGES = saved_stages
         Scheduler.check_prologue_fusion_heuristics_fusable = saved_check
 
 
@@ -99,7 +104,9 @@ def measure(fn, args, name: str, reps: int) -> dict:
     try:
         with variant(name):
             compiled = torch.compile(fn)
+            start = time.perf_counter()
             out = compiled(*args)
+            row["compile_s"] = time.perf_counter() - start
         row["taken"] = counters["inductor"]["cat_linear"]
         row["max_diff"] = (out.float() - fn(*args).float()).abs().max().item()
         times, kernels = [], 0
@@ -127,7 +134,8 @@ def main() -> None:
         for name in args.variants:
             row = dict(site=site, **measure(fn, inputs, name, args.reps))
             results.append(row)
-            shown = row.get("error") or f"{row['us']:.1f} us, {row['kernels']} kernels, taken {row['taken']}, max diff {row['max_diff']:.3g}"
+            shown = row.get("error") or (f"{row['us']:.1f} us, {row['kernels']} kernels, taken {row['taken']}, "
+                                         f"max diff {row['max_diff']:.3g}, compile {row['compile_s']:.1f} s")
             print(f"{site:40s} {name:14s} {shown}", flush=True)
             with open(args.out, "w") as f:
                 json.dump(results, f, indent=1)
