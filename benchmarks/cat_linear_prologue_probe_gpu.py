@@ -74,11 +74,16 @@ def variant(name: str):
     from torch._inductor.kernel import cat_linear as kernel
     from torch._inductor.scheduler import Scheduler
 
-    options = {"stock": None, "default": {}}.get(name, {} if name.startswith("stages") else {"form": "mm"})
+    options = {"stock": None, "default": {}}.get(name, {} if name.startswith(("stages", "cfg:")) else {"form": "mm"})
     fusion = {} if options is None else {"cat_linear": options}
     saved_tiles = kernel.one_loop_tiles
     saved_check = Scheduler.check_prologue_fusion_heuristics_fusable
     saved_stages = kernel.LOOPS_MAX_STAGES
+    saved_loops = kernel._LOOPS_CONFIGS, kernel._LOOPS_NARROW_CONFIGS
+    if name.startswith("cfg:"):  # default mode, the per-piece loops in one config: BM,BN,BK,warps,stages
+        cfg = tuple(int(v) for v in name[4:].split(","))
+        kernel._LOOPS_CONFIGS = kernel._LOOPS_NARROW_CONFIGS = [cfg]
+        kernel.LOOPS_MAX_STAGES = cfg[-1]
     if name.startswith("stages"):  # default mode, the per-piece loops pipelined deeper
         kernel.LOOPS_MAX_STAGES = int(name[len("stages"):])
     if name.startswith("loops"):
@@ -92,6 +97,7 @@ def variant(name: str):
     finally:
         kernel.one_loop_tiles = saved_tiles
         kernel.LOOPS_MAX_STAGES = saved_stages
+        kernel._LOOPS_CONFIGS, kernel._LOOPS_NARROW_CONFIGS = saved_loops
         Scheduler.check_prologue_fusion_heuristics_fusable = saved_check
 
 
