@@ -50,7 +50,7 @@ def relu_site(a, c, w, b):
     return F.linear(torch.cat([torch.relu(a), c], -1), w, b)
 
 
-def sites(scale: float):
+def sites(scale: float, relu_sites: str = ""):
     """(name, fn, args): EdgeConv's first layer, and relu'd first pieces of the sweep."""
     dev, dt = "cuda", torch.bfloat16
     out = []
@@ -60,8 +60,13 @@ def sites(scale: float):
     dst = torch.arange(nodes, device=dev).repeat_interleave(deg)
     w = torch.randn(hidden, 2 * feat, device=dev, dtype=dt) / (2 * feat) ** 0.5
     out.append((f"edgeconv {nodes * deg} x 64+64 -> 128", edge_site, (x, src, dst, w, torch.randn(hidden, device=dev, dtype=dt))))
-    for rows, widths, n in ((int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64),
-                              (int((1 << 19) * scale), (256, 256), 96)):
+    plan = [(int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64),
+            (int((1 << 19) * scale), (256, 256), 96)]
+    if relu_sites:  # only these: rows:w0+w1:n,...
+        plan = [(int(int(r) * scale), tuple(map(int, w.split("+"))), int(n))
+                for r, w, n in (site.split(":") for site in relu_sites.split(","))]
+        out.clear()
+    for rows, widths, n in plan:
         a, c = (torch.randn(rows, k, device=dev, dtype=dt) for k in widths)
         w = torch.randn(n, sum(widths), device=dev, dtype=dt) / sum(widths) ** 0.5
         out.append((f"relu {rows} x {'+'.join(map(str, widths))} -> {n}", relu_site, (a, c, w, torch.randn(n, device=dev, dtype=dt))))
@@ -133,10 +138,11 @@ def main() -> None:
     p.add_argument("--scale", type=float, default=1.0, help="row counts x this (0.01: a dry run)")
     p.add_argument("--variants", nargs="+", default=["stock", "default", "mm", "loops", "loops+prolog"])
     p.add_argument("--out", default="cat_linear_prologue_probe.json")
+    p.add_argument("--relu-sites", default="", help="only relu sites rows:w0+w1:n,... (comma-separated)")
     args = p.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     results = []
-    for site, fn, inputs in sites(args.scale):
+    for site, fn, inputs in sites(args.scale, args.relu_sites):
         for name in args.variants:
             row = dict(site=site, **measure(fn, inputs, name, args.reps))
             results.append(row)
