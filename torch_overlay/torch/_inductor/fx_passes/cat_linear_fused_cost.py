@@ -38,8 +38,9 @@ COPY_EFFICIENCY = 0.87
 # it, kernel efficiency decides, which the roofline cannot see.
 MARGIN = 1.1
 # Best case from which the per-piece loops layout (pieces not of whole K
-# tiles, or prologues) is taken at a memory-bound site without a benchmark: at 2 pipeline
-# stages its kernel trails cuBLAS on a ready input by up to this much.
+# tiles, or prologues) is taken at a memory-bound site without a benchmark:
+# at 2 pipeline stages its kernel trailed cuBLAS on a ready input by up to
+# this much.
 LOOPS_MIN_BOUND = 1.3
 # At a compute-bound GEMM the template's one loop trails cuBLAS least where
 # the K loop is long, more where it is short (its pipeline fill and

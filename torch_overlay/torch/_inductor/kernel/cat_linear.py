@@ -81,12 +81,13 @@ def _cat_addmm(
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
 aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
-# Software pipelining depth of the per-piece loops layout.  Triton's
-# pipeliner at 3 or more stages, over consecutive loops whose trip counts are
-# compile-time constants (the piece widths are literals in the generated
-# kernel), takes compile time that grows with the trip count; at 2 stages it
-# stays flat.  The one-loop layout has no such limit (one loop, as mm's).
-LOOPS_MAX_STAGES = 2
+# Software pipelining depth of the per-piece loops layout, whose trip counts
+# are compile-time constants (the piece widths are literals in the generated
+# kernel).  At 3 stages these loops compile in about a second with pieces up
+# to 2048 wide; deeper, Triton's pipeliner over such loops was measured to
+# take compile time growing with the trip count (benchmarks/README.md).  The
+# one-loop layout has no such limit (one loop, as mm's).
+LOOPS_MAX_STAGES = 3
 # The default mode's configs (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
 # num_warps, num_stages), the first that fits the device's shared memory.
 # Pieces that are whole tiles but the last take the one-loop layout at the
@@ -100,7 +101,7 @@ _ONE_LOOP_NARROW_CONFIGS = {
     64: [(128, 64, 64, 4, 4), (64, 64, 64, 4, 3)],
     32: [(128, 64, 32, 4, 4), (64, 64, 32, 4, 3)],
 }
-_LOOPS_CONFIGS = [(128, 128, 64, 8, 2), (64, 128, 64, 4, 2), (64, 64, 32, 4, 2)]
+_LOOPS_CONFIGS = [(64, 128, 64, 4, 3), (64, 128, 64, 4, 2), (64, 64, 32, 4, 2)]
 _LOOPS_NARROW_CONFIGS = [(128, 64, 64, 4, 2), (64, 64, 32, 4, 2)]
 
 
