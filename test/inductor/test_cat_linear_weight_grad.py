@@ -1,4 +1,6 @@
 # Owner(s): ["module: inductor"]
+import functools
+
 from hypothesis import given, settings, strategies as st
 
 import torch
@@ -14,6 +16,11 @@ from torch.testing._internal.common_utils import (
 )
 from torch.testing._internal.inductor_utils import HAS_CPU
 from torch.testing._internal.triton_utils import requires_cuda_and_triton
+from torch.utils.checkpoint import (
+    checkpoint,
+    CheckpointPolicy,
+    create_selective_checkpoint_contexts,
+)
 
 
 TOL = {
@@ -263,6 +270,41 @@ class CatLinearWeightGradTest(TestCase):
         args = make_inputs((8,), (16, 24), 8, bias=False)
         args.append(torch.randn(256, 40, requires_grad=True))
         self.common(fn, args, False)
+
+    def test_weight_grad_equal_cats_decide_as_one(self):
+        # equal cats whose pieces differ in their other readers (the second
+        # sin also feeds a sum): every gradient's check sees the same class
+        # of cats, so both are split or neither is
+        def fn(a, b, w, w2):
+            s = torch.sin(a)
+            first = F.linear(torch.cat([torch.sin(a), b * 2.0], -1), w)
+            return first + F.linear(torch.cat([s, b * 2.0], -1), w2) + s.sum()
+
+        args = make_inputs((16,), (16, 24), 8, bias=False)
+        args.append(torch.randn(8, 40, requires_grad=True))
+        self.common(fn, args, None)
+
+    def test_weight_grad_keeps_the_cat_a_checkpoint_policy_saves(self):
+        # selective activation checkpointing that must save the cat: the
+        # partitioner saves it, so splitting its gradient saves nothing
+        def policy(ctx, op, *args, **kwargs):
+            if op is torch.ops.aten.cat.default:
+                return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        def fn(a, b, w):
+            return checkpoint(
+                lambda a, b, w: torch.tanh(made_cat_linear(a, b, w)),
+                a,
+                b,
+                w,
+                use_reentrant=False,
+                context_fn=functools.partial(
+                    create_selective_checkpoint_contexts, policy
+                ),
+            )
+
+        self.common(fn, make_inputs((16,), (16, 24), 8, bias=False), False)
 
     def test_weight_grad_keeps_equal_cats_of_merged_getitems(self):
         # layer_norm's outputs are getitems of one node: CSE merges the two

@@ -22,7 +22,8 @@ after this pass); where the cat the forward then saves costs more than the
 gradients' extra reads; and where no piece is a tensor the caller holds (a
 graph input or output, or a view of one), which the caller may write before
 the backward runs.  None is split where ``pad_mm`` (a pattern of the same
-pass) may pad a forward GEMM or ``mm_plus_mm`` takes it.  Each split bumps
+pass) may pad a forward GEMM or ``mm_plus_mm`` takes it, nor where a
+selective-checkpoint policy saves the cat.  Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]``.
 """
 
@@ -36,6 +37,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch._functorch._aot_autograd.utils import _is_tangent
 from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import CheckpointPolicy
 
 from .. import config
 from ..fx_utils import get_node_storage
@@ -200,18 +202,26 @@ def _check(match: Match) -> bool:
     if opts is None:
         return False
     reader = _reader(match)
-    if _caller_reachable(match.kwargs["parts"], reader.graph):
-        log.debug("keeping %s: a piece is a graph input or output", reader)
-        return False
     cat = _read(reader)
     cat = cat if cat.target is aten.cat.default else cat.args[0]
     assert isinstance(cat, torch.fx.Node)
     if not _gradient_reader(reader, _reads(cat)):
         log.debug("keeping %s: it reads the cat twice, or through a view", reader)
         return False
+    # The class of equal cats, in graph order, decides as one: every
+    # gradient's check below sees the same cats, pieces and sites.
+    cats = _equal_cats(cat)
+    parts = [part for other in cats for part in other.all_input_nodes]
+    if _caller_reachable(parts, reader.graph):
+        log.debug("keeping %s: a piece is a graph input or output", reader)
+        return False
+    if any(other.meta.get("recompute") in _SAVED for other in cats):
+        # selective activation checkpointing saves the cat as its policy says
+        log.debug("keeping %s: the checkpoint policy saves the cat", reader)
+        return False
     grads: list[torch.fx.Node] = []
     forward: list[tuple[torch.fx.Node, torch.fx.Node]] = []
-    for other in (cat, *_equal_cats(cat)):
+    for other in cats:
         reads = _reads(other)
         for user in lowering.cat_readers(other):
             if _gradient_reader(user, reads):
@@ -261,9 +271,14 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+# Checkpoint policies under which the partitioner saves a node.
+_SAVED = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+
 def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
-    """The other cats the partitioner's CSE will merge with ``cat``: the same
-    op over the same values, each node standing for the first equal one."""
+    """``cat`` and the cats the partitioner's CSE will merge with it (the
+    same op over the same values, each node standing for the first equal
+    one), in graph order."""
     first: dict[torch.fx.Node, torch.fx.Node] = {}
     seen: dict[Any, torch.fx.Node] = {}
     for node in cat.graph.nodes:
@@ -284,8 +299,8 @@ def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
                 pass
     return [
         node
-        for node in cat.graph.find_nodes(op="call_function", target=aten.cat.default)
-        if node is not cat and first[node] is first[cat]
+        for node in cat.graph.nodes
+        if node.target is aten.cat.default and first[node] is first[cat]
     ]
 
 
