@@ -85,8 +85,8 @@ aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm
 # are compile-time constants (the piece widths are literals in the generated
 # kernel).  At 3 stages these loops compile in about a second with pieces up
 # to 2048 wide; deeper, Triton's pipeliner over such loops was measured to
-# take compile time growing with the trip count (benchmarks/README.md).  The
-# one-loop layout has no such limit (one loop, as mm's).
+# take compile time growing with the trip count.  The one-loop layout has no
+# such limit (one loop, as mm's).
 LOOPS_MAX_STAGES = 3
 # The default mode's configs (no benchmark): (BLOCK_M, BLOCK_N, BLOCK_K,
 # num_warps, num_stages), the first that fits the device's shared memory.
