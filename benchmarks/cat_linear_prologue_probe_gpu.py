@@ -29,8 +29,8 @@ import contextlib
 import json
 import os
 import statistics
-import time
 import sys
+import time
 import traceback
 
 import torch

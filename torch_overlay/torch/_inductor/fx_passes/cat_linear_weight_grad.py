@@ -271,7 +271,9 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-# Checkpoint policies under which the partitioner saves a node.
+# Checkpoint policies that ask the partitioner to save a node: it always
+# saves a MUST_SAVE one; a PREFER_SAVE one is left to its min-cut, and is
+# kept here too (conservatively: a split there may save nothing).
 _SAVED = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
 
