@@ -417,6 +417,45 @@ class CatLinearFusedTest(TestCase):
         )
         self.assertEqual(cost.decide(site).counter, "device")
 
+    def test_cat_linear_produced_pieces(self):
+        # Which pieces the decision sees as made by an op the template can
+        # compute in its loads: single-use pointwise ops and gathers, and one
+        # whose other readers are pointwise ops before the cat (EdgeConv's
+        # x_i, read by the cat and by x_j - x_i); not one read after the cat,
+        # nor one another GEMM reads.
+        def edge(x, src, dst, w):
+            x_i, x_j = x[dst], x[src]
+            return F.linear(torch.cat([x_i, x_j - x_i], -1), w)
+
+        def read_after(x, src, dst, w):
+            x_i = x[dst]
+            return F.linear(torch.cat([x_i, x[src]], -1), w) + x_i.sum()
+
+        def read_by_mm(x, src, dst, w):
+            x_i = x[dst]
+            return (
+                F.linear(torch.cat([x_i, torch.relu(x[src])], -1), w) + x_i @ w[:, :16]
+            )
+
+        x = torch.randn(20, 16)
+        src, dst = torch.randint(0, 20, (64,)), torch.randint(0, 20, (64,))
+        w = torch.randn(16, 32)
+        for fn, produced in (
+            (edge, (True, True)),
+            (read_after, (False, True)),
+            (read_by_mm, (False, True)),
+        ):
+            sites = []
+
+            def record(site, decide=cost.decide):
+                sites.append(site)
+                return decide(site)
+
+            torch._dynamo.reset()
+            with fusion(), mock.patch.object(cost, "decide", side_effect=record):
+                torch.compile(fn)(x, src, dst, w)
+            self.assertEqual([s.produced for s in sites], [produced], msg=fn.__name__)
+
     def test_cat_linear_cuda_decision(self):
         with h100_figures():
             # a memory-bound forward site of whole K tiles: taken
@@ -466,7 +505,7 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(cost.decide(whole).form, "mm")
             tail_made = cost.decide(cuda_site((128, 351), 256, produced=made))
             self.assertEqual((tail_made.form, tail_made.counter), ("mm", "roofline"))
-            self.assertTrue(cost.decide(whole).prologues)
+            self.assertEqual(cost.decide(whole).prologues, (True, True))
             # ... but not at a compute-bound GEMM, where the per-piece loops
             # trail cuBLAS most: there the produced pieces are read from
             # their own buffers, in the one loop, and save nothing
@@ -481,7 +520,7 @@ class CatLinearFusedTest(TestCase):
                     gemm_aligned=False,
                 )
             )
-            self.assertEqual((half_cb.form, half_cb.prologues), ("mm", False))
+            self.assertEqual((half_cb.form, half_cb.prologues), ("mm", ()))
             # without prologue fusion stock writes them straight into the cat
             # and the template reads them from their own buffers: they save
             # nothing, and the template keeps its one loop
@@ -713,10 +752,12 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_cuda_prologues(self, prologue_fusion):
         # Pieces made by a pointwise op or a gather are computed in the
         # template's loads (no kernel writes them first), in its per-piece
-        # loops; without prologue fusion they are written by kernels of
-        # their own and the template keeps its one loop.
-        def fn(a, b, x, idx, w, bias):
-            parts = [torch.relu(a), b * 2.0, x[idx]]
+        # loops, a gather read by a later piece too (EdgeConv's message);
+        # without prologue fusion they are written by kernels of their own
+        # and the template keeps its one loop.
+        def fn(a, b, x, idx, idx2, w, bias):
+            x_i = x[idx]
+            parts = [torch.relu(a), b * 2.0, x_i, x[idx2] - x_i]
             return F.linear(torch.cat(parts, -1), w, bias)
 
         rows = 256
@@ -725,7 +766,8 @@ class CatLinearFusedTest(TestCase):
             torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16),
             torch.randn(50, 64, device="cuda", dtype=torch.bfloat16),
             torch.randint(0, 50, (rows,), device="cuda"),
-            torch.randn(96, 192, device="cuda", dtype=torch.bfloat16),
+            torch.randint(0, 50, (rows,), device="cuda"),
+            torch.randn(96, 256, device="cuda", dtype=torch.bfloat16),
             torch.randn(96, device="cuda", dtype=torch.bfloat16),
         ]
         with (

@@ -145,6 +145,11 @@ class CatLinearSite:
         )
 
     @property
+    def folded(self) -> tuple[bool, ...]:
+        """Per piece, whether the template computes it in its loads."""
+        return self.produced if self.prologues else ()
+
+    @property
     def one_loop(self) -> bool:
         """Whether the template reads the pieces in its one-loop layout (no
         prologues, and every piece but the last whole K tiles); else in
@@ -187,12 +192,12 @@ class CatLinearSite:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """The form a site takes (None: stock), why, the counter it bumps, and
-    whether the template computes the produced pieces in its loads."""
+    per piece whether the template computes it in its loads (empty: none)."""
 
     form: str | None
     reason: str
     counter: str | None = None
-    prologues: bool = False
+    prologues: tuple[bool, ...] = ()
 
 
 def decide(site: CatLinearSite) -> Decision:
@@ -214,7 +219,7 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
     if site.max_autotune:
         return Decision(
-            "mm", "max_autotune benchmarks it", "autotune", prologues=site.prologues
+            "mm", "max_autotune benchmarks it", "autotune", prologues=site.folded
         )
     if site.compute_bound(ridge):
         if site.prologues:
@@ -246,6 +251,4 @@ def decide(site: CatLinearSite) -> Decision:
             "only max_autotune can tell",
             "below_bound",
         )
-    return Decision(
-        "mm", f"best case {bound:.2f}x", "roofline", prologues=site.prologues
-    )
+    return Decision("mm", f"best case {bound:.2f}x", "roofline", prologues=site.folded)

@@ -104,15 +104,26 @@ def hint(size: Any) -> int:
 _GATHERS = (aten.index.Tensor, aten.index_select.default, aten.embedding.default)
 
 
-def _is_fused_producer(node: torch.fx.Node) -> bool:
-    """A single-user pointwise op or gather: stock writes it straight into
-    the cat, and the template can compute it in its loads (a prologue)."""
+def _is_fused_producer(node: torch.fx.Node, cat: torch.fx.Node) -> bool:
+    """A pointwise op or gather that stock computes straight into the cat and
+    the template can compute in its loads (a prologue).  Its other readers,
+    if any, must be pointwise ops before the cat: they compute it in their
+    own loops, so the template's loads are its only ones (EdgeConv's ``x_i``,
+    read by the cat and by ``x_j - x_i``)."""
     target = node.target
+
+    def computes_it(user: torch.fx.Node) -> bool:
+        return user is cat or (
+            user < cat
+            and isinstance(user.target, torch._ops.OpOverload)
+            and torch.Tag.pointwise in user.target.tags
+        )
+
     return (
         node.op == "call_function"
-        and len(node.users) == 1
         and isinstance(target, torch._ops.OpOverload)
         and (torch.Tag.pointwise in target.tags or target in _GATHERS)
+        and all(computes_it(user) for user in node.users)
     )
 
 
@@ -285,6 +296,7 @@ def site(match: Match) -> cost.CatLinearSite:
     parts = _parts(match)
     assert parts is not None
     vals = [_val(p) for p in parts]
+    cat = cat_chain(match.output_node())[-1]
     out = _val(match.output_node())
     assert out is not None and all(v is not None for v in vals)
     widths = tuple(v.shape[-1] for v in vals)  # type: ignore[union-attr]
@@ -298,7 +310,7 @@ def site(match: Match) -> cost.CatLinearSite:
         n=hint(out.shape[1]),
         dtype=out.dtype,
         device=out.device,
-        produced=tuple(_is_fused_producer(p) for p in parts),
+        produced=tuple(_is_fused_producer(p, cat) for p in parts),
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=not any(
             get_padded_length(x, align) for x in (sum(widths), leading)
@@ -338,7 +350,7 @@ def should_fuse_cat_mm(
         )
     else:
         decision = cost.Decision(
-            form, "forced", prologues=form == "mm" and the_site.prologues
+            form, "forced", prologues=the_site.folded if form == "mm" else ()
         )
     if form == "mm":
         from ..kernel.cat_linear import why_no_template
@@ -348,7 +360,7 @@ def should_fuse_cat_mm(
             the_site.dtype,
             the_site.n,
             the_site.widths,
-            loops=decision.prologues,
+            loops=any(decision.prologues),
         )
         if why is not None:
             decline("no_template", why, gemm)
@@ -364,8 +376,7 @@ def _check(match: Match) -> bool:
     if decision is None:
         return False
     match.kwargs["form"] = decision.form
-    # the pieces the template computes in its loads (see cost.CatLinearSite)
-    match.kwargs["prologues"] = site(match).produced if decision.prologues else None
+    match.kwargs["prologues"] = decision.prologues
     counters["inductor"]["cat_linear"] += 1
     return True
 
