@@ -551,45 +551,6 @@ class CatLinearFusedTest(TestCase):
         with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=8192):
             self.assertIsNone(kernel._default_config(256, (64, 64), 2))
 
-    def test_cat_linear_prologues_kept_apart(self):
-        # A producer opted into prologue fusion is not fused horizontally with
-        # a sibling (fused, each would have a user outside the other, and
-        # neither could fuse into the template); other pairs are unaffected.
-        from torch._inductor.choices import InductorChoices
-
-        class Node:
-            def __init__(self, *names):
-                self.names = set(names)
-
-            def get_operation_names(self):
-                return self.names
-
-            def get_name(self):
-                return "/".join(sorted(self.names))
-
-        class Graph:
-            invoke_quant_ops = {"op0", "op1"}
-
-        scheduler = mock.Mock(are_long_distant_nodes=lambda *nodes: False)
-        with torch._inductor.virtualized.V.set_graph_handler(Graph()):
-            for node1, node2, fuses in (
-                (Node("op0"), Node("op1"), False),
-                (Node("op0"), Node("op2"), False),
-                (Node("op2", "op0"), Node("op3"), True),
-                (Node("op2"), Node("op3"), True),
-            ):
-                with mock.patch(
-                    "torch._inductor.choices.MixOrderReduction.can_fuse",
-                    return_value=False,
-                ):
-                    self.assertEqual(
-                        InductorChoices.can_fuse_horizontal(
-                            scheduler, node1, node2, 1 << 20
-                        ),
-                        fuses,
-                        (node1.names, node2.names),
-                    )
-
     def test_cat_linear_ridge_point_from_inductor_figures(self):
         with h100_figures():
             ridge = cost.ridge_point(torch.device("cuda", 0), torch.bfloat16)

@@ -36,7 +36,6 @@ from ..fx_passes.cat_linear_fused_cost import (
 from ..ir import Buffer, ComputedBuffer, FixedLayout, Pointwise
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
-from ..scheduler import WhyNoFuse
 from ..select_algorithm import (
     autotune_select_algorithm,
     ExternKernelChoice,
@@ -266,22 +265,6 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
         buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
         if isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise):
             V.graph.invoke_quant_ops.add(buf.get_operation_name())
-
-
-def keeps_prologues_apart(node1: Any, node2: Any) -> bool:
-    """Whether a horizontal fusion of scheduler nodes ``node1`` and ``node2``
-    is refused because one is a producer opted into prologue fusion
-    (``V.graph.invoke_quant_ops``, as ``_fold_producers`` adds them).  Two
-    such producers often share their reads (EdgeConv's ``x_i`` and
-    ``x_j - x_i`` gather the same rows), and fused together, each would have
-    a user outside the other, so neither could fuse into the template (the
-    scheduler fuses only a single-use prologue)."""
-    for node in (node1, node2):
-        names = node.get_operation_names()
-        if names and names <= V.graph.invoke_quant_ops:
-            WhyNoFuse(node1, node2)("a prologue opted into template fusion")
-            return True
-    return False
 
 
 def tuned_cat_mm(
