@@ -73,7 +73,7 @@ from cat_linear_fused_model_gpu import (  # noqa: E402
     ERR_MULTIPLIER, ERR_SLACK, FusionHead, SIZES as HEAD_SIZES, SiteDecisions, compile_phases,
     time_the_pass,
 )
-from device_time import host_time_us, kernel_time_us, spread  # noqa: E402
+from device_time import host_time_us, kernel_breakdown_us, kernel_time_us, spread  # noqa: E402
 
 WORKLOADS = ("gnn", "dlrm", "multimodal")
 # gnn: (nodes, in-edges per node, features, hidden, EdgeConv layers); dlrm: (batch, dense features,
@@ -297,6 +297,8 @@ def worker(a):
     for k, v in (("device", dev), ("host", host)):
         res.update({f"{k}_us": statistics.median(v) if v else None, f"{k}_us_rounds": v,
                     f"{k}_spread": spread(v) if v else None})  # fmt: skip
+    if cuda and a.kernels:
+        res["kernels_us"] = kernel_breakdown_us(step, calls=5)
     dump()
 
 
@@ -310,6 +312,7 @@ def run_worker(a, cell, timeout):
                "--device", a.device, "--rounds", str(a.rounds), "--gnn", a.gnn,
                *(["--dtype", a.dtype] if a.dtype else []), *(["--form", a.form] if a.form else []),
                *[f"--{k}={cell[k]}" for k in ("workload", "mode", "tuning", "variant")]]  # fmt: skip
+        cmd += ["--kernels", str(a.kernels)]
         cmd += ["--small"] if a.small else []
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)  # fmt: skip
@@ -418,6 +421,7 @@ def main(argv=None):
                     help="default: bfloat16 on CUDA, float32 elsewhere")
     ap.add_argument("--form", default=None, choices=["view", "mm"],
                     help="patched forced into this form (dry runs: on CPU the decision takes no site)")
+    ap.add_argument("--kernels", type=int, default=0, help="print each cell's N costliest GPU kernels (µs per step)")
     ap.add_argument("--small", action="store_true", help="tiny sizes and SMALL_PLAN's cells (CPU dry run)")
     ap.add_argument("--all-cells", action="store_true", help="with --small: every cell, not SMALL_PLAN")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -478,6 +482,8 @@ def main(argv=None):
                       f" (weight grad {r.get('counters', {}).get('cat_linear_weight_grad', 0)})  device {g['device_us']} µs"
                       f"  host {g['host_us']} µs  peak {g['peak_mib']} MiB  rel err {r['err_rel']:.1e} (eager "
                       f"{r['err_rel_eager']:.1e}){'' if r['ok'] else ' FAIL'}  worker {dt:.0f} s", flush=True)
+            for kernel, us in list(r.get("kernels_us", {}).items())[:a.kernels]:
+                print(f"    {us:9.1f} µs  {kernel[:110]}")
             if "error" in r:
                 print(f"{tag} FAILED: {r['error'][-1500:]}", flush=True)
             if cell["variant"] == "patched" and rep == 0:

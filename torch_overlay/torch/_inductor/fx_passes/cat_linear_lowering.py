@@ -104,26 +104,18 @@ def hint(size: Any) -> int:
 _GATHERS = (aten.index.Tensor, aten.index_select.default, aten.embedding.default)
 
 
-def _is_fused_producer(node: torch.fx.Node, cat: torch.fx.Node) -> bool:
-    """A pointwise op or gather that stock computes straight into the cat and
-    the template can compute in its loads (a prologue).  Its other readers,
-    if any, must be pointwise ops before the cat: they compute it in their
-    own loops, so the template's loads are its only ones (EdgeConv's ``x_i``,
-    read by the cat and by ``x_j - x_i``)."""
+def _is_fused_producer(node: torch.fx.Node) -> bool:
+    """A single-user pointwise op or gather: stock writes it straight into
+    the cat, and the template can compute it in its loads (a prologue).  One
+    with other readers (EdgeConv's ``x_i``, read by the cat and by
+    ``x_j - x_i``) is not: the scheduler fuses it with those readers'
+    kernels first, and then into no template."""
     target = node.target
-
-    def computes_it(user: torch.fx.Node) -> bool:
-        return user is cat or (
-            user < cat
-            and isinstance(user.target, torch._ops.OpOverload)
-            and torch.Tag.pointwise in user.target.tags
-        )
-
     return (
         node.op == "call_function"
+        and len(node.users) == 1
         and isinstance(target, torch._ops.OpOverload)
         and (torch.Tag.pointwise in target.tags or target in _GATHERS)
-        and all(computes_it(user) for user in node.users)
     )
 
 
@@ -296,7 +288,6 @@ def site(match: Match) -> cost.CatLinearSite:
     parts = _parts(match)
     assert parts is not None
     vals = [_val(p) for p in parts]
-    cat = cat_chain(match.output_node())[-1]
     out = _val(match.output_node())
     assert out is not None and all(v is not None for v in vals)
     widths = tuple(v.shape[-1] for v in vals)  # type: ignore[union-attr]
@@ -310,7 +301,7 @@ def site(match: Match) -> cost.CatLinearSite:
         n=hint(out.shape[1]),
         dtype=out.dtype,
         device=out.device,
-        produced=tuple(_is_fused_producer(p, cat) for p in parts),
+        produced=tuple(_is_fused_producer(p) for p in parts),
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=not any(
             get_padded_length(x, align) for x in (sum(widths), leading)
