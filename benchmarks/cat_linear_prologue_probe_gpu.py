@@ -16,6 +16,10 @@ error:
                  upstream has them
   loops+prolog   as ``loops``, with the prologue heuristics accepting every prologue: the best case of
                  folding the producer in (what a template-aware heuristic could allow)
+  apart[+V]      variant V (default: ``default``) with producers opted into prologue fusion never fused
+                 horizontally (else EdgeConv's ``x_i`` and ``x_j - x_i`` share one pointwise kernel and
+                 neither folds into the template)
+  stagesN, cfg:BM,BN,BK,warps,stages   default mode, the per-piece loops deeper, or in one config
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_prologue_probe_gpu.py --reps 3 --out $OUT/prologue.json
 
@@ -50,22 +54,24 @@ def relu_site(a, c, w, b):
     return F.linear(torch.cat([torch.relu(a), c], -1), w, b)
 
 
-def sites(scale: float, relu_sites: str = ""):
-    """(name, fn, args): EdgeConv's first layer, and relu'd first pieces of the sweep."""
+def sites(scale: float, relu_sites: str = "", edge_feats=(64,)):
+    """(name, fn, args): EdgeConv's layers (features 64: the first, 128: the second), and relu'd
+    first pieces of the sweep."""
     dev, dt = "cuda", torch.bfloat16
     out = []
-    nodes, deg, feat, hidden = int(100_000 * scale), 20, 64, 128
-    x = torch.randn(nodes, feat, device=dev, dtype=dt)
+    nodes, deg, hidden = int(100_000 * scale), 20, 128
     src = torch.randint(0, nodes, (nodes * deg,), device=dev)
     dst = torch.arange(nodes, device=dev).repeat_interleave(deg)
-    w = torch.randn(hidden, 2 * feat, device=dev, dtype=dt) / (2 * feat) ** 0.5
-    out.append((f"edgeconv {nodes * deg} x 64+64 -> 128", edge_site, (x, src, dst, w, torch.randn(hidden, device=dev, dtype=dt))))
+    for feat in edge_feats:
+        x = torch.randn(nodes, feat, device=dev, dtype=dt)
+        w = torch.randn(hidden, 2 * feat, device=dev, dtype=dt) / (2 * feat) ** 0.5
+        out.append((f"edgeconv {nodes * deg} x {feat}+{feat} -> 128", edge_site,
+                    (x, src, dst, w, torch.randn(hidden, device=dev, dtype=dt))))  # fmt: skip
     plan = [(int(8192 * max(scale, 0.125)), (256, 256), 160), (int((1 << 20) * scale), (128, 128), 64),
             (int((1 << 19) * scale), (256, 256), 96)]
-    if relu_sites:  # only these: rows:w0+w1:n,...
+    if relu_sites:  # only these: rows:w0+w1:n,... ("none": no relu site)
         plan = [(int(int(r) * scale), tuple(map(int, w.split("+"))), int(n))
-                for r, w, n in (site.split(":") for site in relu_sites.split(","))]
-        out.clear()
+                for r, w, n in (site.split(":") for site in relu_sites.split(",") if site != "none")]  # fmt: skip
     for rows, widths, n in plan:
         a, c = (torch.randn(rows, k, device=dev, dtype=dt) for k in widths)
         w = torch.randn(n, sum(widths), device=dev, dtype=dt) / sum(widths) ** 0.5
@@ -76,8 +82,21 @@ def sites(scale: float, relu_sites: str = ""):
 @contextlib.contextmanager
 def variant(name: str):
     from torch._inductor import config
+    from torch._inductor.choices import InductorChoices
     from torch._inductor.kernel import cat_linear as kernel
     from torch._inductor.scheduler import Scheduler
+    from torch._inductor.virtualized import V
+
+    saved_horizontal = InductorChoices.can_fuse_horizontal
+    if name.startswith("apart"):  # producers opted into prologue fusion never fused horizontally
+        name = name[len("apart"):].lstrip("+") or "default"
+
+        def can_fuse_horizontal(scheduler, node1, node2, shared_data_score):
+            if any(n.get_operation_names() and n.get_operation_names() <= V.graph.invoke_quant_ops for n in (node1, node2)):
+                return False
+            return saved_horizontal(scheduler, node1, node2, shared_data_score)
+
+        InductorChoices.can_fuse_horizontal = staticmethod(can_fuse_horizontal)
 
     options = {"stock": None, "default": {}}.get(name, {} if name.startswith(("stages", "cfg:")) else {"form": "mm"})
     fusion = {} if options is None else {"cat_linear": options}
@@ -104,6 +123,7 @@ def variant(name: str):
         kernel.LOOPS_MAX_STAGES = saved_stages
         kernel._LOOPS_CONFIGS, kernel._LOOPS_NARROW_CONFIGS = saved_loops
         Scheduler.check_prologue_fusion_heuristics_fusable = saved_check
+        InductorChoices.can_fuse_horizontal = saved_horizontal
 
 
 def measure(fn, args, name: str, reps: int) -> dict:
@@ -138,11 +158,12 @@ def main() -> None:
     p.add_argument("--scale", type=float, default=1.0, help="row counts x this (0.01: a dry run)")
     p.add_argument("--variants", nargs="+", default=["stock", "default", "mm", "loops", "loops+prolog"])
     p.add_argument("--out", default="cat_linear_prologue_probe.json")
-    p.add_argument("--relu-sites", default="", help="only relu sites rows:w0+w1:n,... (comma-separated)")
+    p.add_argument("--relu-sites", default="", help="only these relu sites rows:w0+w1:n,... (comma-separated; none: no relu site)")
+    p.add_argument("--edge-feats", type=int, nargs="*", default=[64], help="EdgeConv sites' feature widths (none: no EdgeConv site)")
     args = p.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     results = []
-    for site, fn, inputs in sites(args.scale, args.relu_sites):
+    for site, fn, inputs in sites(args.scale, args.relu_sites, args.edge_feats):
         for name in args.variants:
             row = dict(site=site, **measure(fn, inputs, name, args.reps))
             results.append(row)
