@@ -87,14 +87,14 @@ def variant(name: str):
     from torch._inductor.scheduler import Scheduler
     from torch._inductor.virtualized import V
 
-    saved_horizontal = InductorChoices.can_fuse_horizontal
+    saved_horizontal = InductorChoices.__dict__["can_fuse_horizontal"]  # the staticmethod itself
     if name.startswith("apart"):  # producers opted into prologue fusion never fused horizontally
         name = name[len("apart"):].lstrip("+") or "default"
 
         def can_fuse_horizontal(scheduler, node1, node2, shared_data_score):
             if any(n.get_operation_names() and n.get_operation_names() <= V.graph.invoke_quant_ops for n in (node1, node2)):
                 return False
-            return saved_horizontal(scheduler, node1, node2, shared_data_score)
+            return saved_horizontal.__func__(scheduler, node1, node2, shared_data_score)
 
         InductorChoices.can_fuse_horizontal = staticmethod(can_fuse_horizontal)
 
