@@ -22,6 +22,17 @@
 //     compensation   int32 [Nc, Kc, 32]  sum over k in block c of (w[n, k] - zp[n, g(c)])
 #pragma once
 
+// Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
+// in the spec's order, so that all of them give the same bits. Our build passes
+// -ffp-contract=off; these pragmas say the same in the source, for the functions
+// defined after this header, so that a build with other flags (a compiler's default
+// -ffp-contract=fast with FMA enabled, as in torchao's) cannot fuse them into FMAs.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <cstdint>
 
 namespace da8w4 {
