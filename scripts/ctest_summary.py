@@ -1,6 +1,7 @@
-"""Per-base and per-suite counts of the last CTest run: ``python scripts/ctest_summary.py BUILD_DIR``.
+"""Per-base and per-suite counts of CTest runs: ``python scripts/ctest_summary.py BUILD_DIR [LOG ...]``.
 
-Reads ``BUILD_DIR/Testing/Temporary/LastTest.log`` (CTest keeps every test's output there) and prints one row per
+Reads each LOG, by default ``BUILD_DIR/Testing/Temporary/LastTest.log`` (CTest keeps every test's output there;
+``dev.sh test`` keeps one per ctest run, one run per base), and prints one row per
 suite with pytest's passed/failed/skipped counts and time, grouped by base (tests named ``v<base>/...``; the rest,
 ``tools_tests``, ``csrc.*``, ``patchset_check``, ``wheel_smoke``, run once), then one total line per base.
 Exit status 0; it only reports (CTest's own exit status is the verdict).
@@ -67,11 +68,15 @@ def render(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> int:
     build = Path(argv[1] if len(argv) > 1 else "build")
-    log = build / "Testing" / "Temporary" / "LastTest.log"
-    if not log.is_file():
-        print(f"ctest_summary: {log}: no CTest log (did ctest run?)", file=sys.stderr)
-        return 0
-    print(render(parse(log.read_text(errors="replace"))))
+    logs = [Path(a) for a in argv[2:]] or [build / "Testing" / "Temporary" / "LastTest.log"]
+    rows = []
+    for log in logs:
+        if not log.is_file():
+            print(f"ctest_summary: {log}: no CTest log (did ctest run?)", file=sys.stderr)
+            continue
+        rows += parse(log.read_text(errors="replace"))
+    if rows:
+        print(render(rows))
     return 0
 
 

@@ -5,8 +5,10 @@
 #   demo    setup, then `python -m tools demo` (every feature's examples/*.py; extra arguments filter by name)
 #   test    setup, the pristine base trees, one venv per other base (.venv-<base> from requirements/base-<base>.txt:
 #           torch from PyPI with its dependencies, the patch set installed), then every CTest suite: tools and csrc
-#           once, the test/inductor suites on every base (labels v<base>); per-base and per-suite counts at the end.
-#           A base whose torch cannot be fetched is reported as NOT TESTED (with the reason) and the exit status is 1.
+#           once, the test/inductor suites on every base (labels v<base>), one base after another; per-base and
+#           per-suite counts at the end. A base whose torch cannot be fetched is reported as NOT TESTED (with the
+#           reason) and the exit status is 1. Where the disk cannot hold the next base's venv beside the last one
+#           (`tools venv --room`), the last one is removed once its suites ran, and says so.
 #   status  `python -m tools status` for .venv
 #   clean   uninstall the patch set from .venv and remove build/ (keeps .venv)
 # Environment: VENV (default .venv), CTEST_PARALLEL_LEVEL (default 2: CI has 2 cores), PATCHSET_TEST_BASES (default:
@@ -99,24 +101,45 @@ case "$cmd" in
     "$PY" -m tools bases || step "warning: \`tools bases\` failed for a base (see above); patchset_check will report it," \
                                  "the other suites still run"
     install_patchset
-    # .venv-<base> for every other base, the patch set installed; `tools venv` goes on past a base it cannot make
-    # and prints "ready <base> <venv>" or "failed <base> <reason>" per base
     bases="$(other_bases | tr '\n' ' ' | sed 's/ $//')"
-    venvs=""
-    if [ -n "$bases" ]; then venvs="$("$PY" -m tools venv --install $bases)" || true; fi
-    ready="$(awk '$1 == "ready" { printf "%s ", $2 }' <<<"$venvs" | sed 's/ $//')"
-    build_csrc "$ready"
-    step "setup took $((SECONDS - t0))s; running the suites (ctest -j ${CTEST_PARALLEL_LEVEL:-2})"
-    rc=0
-    ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_PARALLEL_LEVEL:-2}" || rc=$?
-    "$PY" scripts/ctest_summary.py "$BUILD" || true
-    for b in $bases; do  # every base asked for and not ready: not tested (with tools venv's reason when it gave one)
-      if ! awk -v b="$b" '$1 == "ready" && $2 == b { ok = 1 } END { exit !ok }' <<<"$venvs"; then
-        why="$(awk -v b="$b" '$1 == "failed" && $2 == b { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' <<<"$venvs")"
-        step "NOT TESTED: base $b: ${why:-see the errors above}"
+    build_csrc "$bases"
+    step "setup took $((SECONDS - t0))s; running the suites one base at a time (ctest -j ${CTEST_PARALLEL_LEVEL:-2})"
+    rc=0 n=0 logs=()
+    rm -f "$BUILD"/Testing/batch-*.log
+    # run_batch CTEST-ARGS...: one ctest run; its log is kept for the summary at the end
+    run_batch() {
+      n=$((n + 1))
+      rm -f "$BUILD/Testing/Temporary/LastTest.log"
+      ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_PARALLEL_LEVEL:-2}" "$@" || rc=$?
+      if [ -f "$BUILD/Testing/Temporary/LastTest.log" ]; then
+        cp "$BUILD/Testing/Temporary/LastTest.log" "$BUILD/Testing/batch-$n.log" && logs+=("$BUILD/Testing/batch-$n.log")
+      fi
+    }
+    labels() { printf '%s\n' "$@" | sed 's/\./\\./g' | paste -sd'|'; }
+    # the primary base and the suites that run once, then each other base in its .venv-<base> (made by `tools venv`,
+    # which goes on past a base it cannot make: "ready <base> <venv>" or "failed <base> <reason>")
+    if [ -n "$bases" ]; then run_batch -LE "^v($(labels $bases))\$"; else run_batch; fi
+    set -- $bases
+    while [ $# -gt 0 ]; do
+      b="$1"; shift
+      made="$("$PY" -m tools venv --install "$b")" || true
+      if [ "$(awk '{ print $1 }' <<<"$made")" = ready ]; then
+        step "base $b: its suites in .venv-$b"
+        run_batch -L "^v$(labels "$b")\$"
+      else
+        step "NOT TESTED: base $b: $(sed 's/^failed [^ ]* //' <<<"$made")"
         [ "$rc" = 0 ] && rc=1
       fi
+      # a disk that cannot also hold the next base's venv: free this one (the next run makes it again)
+      if [ $# -gt 0 ] && [ -d "$ROOT/.venv-$b" ]; then
+        room="$("$PY" -m tools venv --room "$1")" || room=""
+        if [ "${room%% *}" = no-room ]; then
+          step "removing .venv-$b to make room for base $1 (${room#no-room "$1" }); the next run makes it again"
+          rm -rf "$ROOT/.venv-$b"
+        fi
+      fi
     done
+    "$PY" scripts/ctest_summary.py "$BUILD" "${logs[@]}" || true
     step "total $((SECONDS - t0))s"
     exit "$rc" ;;
   status)

@@ -62,5 +62,6 @@ for t in "$@"; do
     failed+=("${t#"$ROOT"/}")
   fi
 done
+rm -rf "$WORK/venv"   # about 1.2 GB; the logs and the patched wheel stay in $WORK
 log "done in $((SECONDS - t0))s: $(( $# - ${#failed[@]} )) of $# test file(s) passed${failed:+; failed: ${failed[*]}}"
 [ ${#failed[@]} -eq 0 ]

@@ -19,11 +19,17 @@ A base that cannot be made (no network, no such release, pip refused) does not s
 printed when it happens and again at the end, and the exit status is 2. Stdout has one line per base,
 ``ready <base> <venv>`` or ``failed <base> <reason>``, for scripts (``dev.sh test`` runs the ready ones and reports
 the others as not tested).
+
+``--room`` makes nothing: one line per base, ``room <base>`` where its venv is made or fits on its filesystem, else
+``no-room <base> <why>``. ``dev.sh test`` asks it before each base and frees the venv it has just tested where the
+next one would not fit. Two settings, in GiB: ``TORCH_PATCHSET_VENV_ROOM_GIB`` (what ``--room`` requires, default
+8) and ``TORCH_PATCHSET_MIN_FREE_GIB`` (below which an install is refused before anything is written, default 2).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -117,19 +123,65 @@ def _last_error(stderr: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "no output").removeprefix("ERROR: ")
 
 
-# torch's CPU build takes about 1.2 GB in a venv; PyPI's CUDA build about 5 GB, and pip's cache keeps its 2.5 GB of
-# downloaded wheels. Below the first figure no install can succeed; pip would fail minutes in, half-written.
+def _gib_setting(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        gib = float(raw)
+    except ValueError:
+        raise PatchsetError(name, f"{raw!r} is not a number of GiB") from None
+    if gib < 0:
+        raise PatchsetError(name, f"{raw!r} is negative")
+    return int(gib * 2**30)
+
+
+# torch's CPU build takes about 1.2 GB in a venv; PyPI's CUDA build about 5 GB. Below the first figure no install can
+# succeed; pip would fail minutes in, half-written. TORCH_PATCHSET_MIN_FREE_GIB overrides it (the tests' fake wheels
+# are a few KB; a disk known to be roomier or tighter than the check assumes).
 MIN_FREE_BYTES = 2 * 2**30
+MIN_FREE_ENV = "TORCH_PATCHSET_MIN_FREE_GIB"
+
+
+def min_free_bytes() -> int:
+    return _gib_setting(MIN_FREE_ENV, MIN_FREE_BYTES)
 
 
 def check_free_space(venv: Path, base: str) -> None:
     """Refuse, before anything is written, to install torch where its filesystem cannot hold even the CPU build."""
     where = next(p for p in (venv, *venv.parents) if p.exists())
     free = shutil.disk_usage(where).free
-    if free < MIN_FREE_BYTES:
+    need = min_free_bytes()
+    if free < need:
         raise PatchsetError(venv, f"{free / 2**30:.1f} GiB free on its filesystem; torch {base} needs at least "
-                                  f"{MIN_FREE_BYTES / 2**30:.0f} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
-                                  "CUDA build, plus 2.5 GB in pip's cache): free some space and run again")
+                                  f"{need / 2**30:.3g} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
+                                  f"CUDA build): free some space and run again ({MIN_FREE_ENV} sets this limit)")
+
+
+# What one more base's venv needs before it is made: PyPI's CUDA build of torch with its nvidia-* wheels (5.6-5.7 GB
+# in a venv of 2.14.1 or 2.15.0) and room for that base's test run (Inductor's caches, pytest's tmp). ``dev.sh test``
+# asks before each base (``tools venv --room``) and, where the next one does not fit, removes the venv it has just
+# tested, so every base is tested one after another on a disk that cannot hold them all at once.
+ROOM_BYTES = 8 * 2**30
+ROOM_ENV = "TORCH_PATCHSET_VENV_ROOM_GIB"
+
+
+def is_made(venv: Path, base: str) -> bool:
+    """``venv`` holds the base's torch (it may still be reinstalled when its requirement files changed)."""
+    have = installed_torch(venv)
+    return have is not None and have.partition("+")[0] == base
+
+
+def room_for(venv: Path, base: str) -> str | None:
+    """None when the base's venv is made or fits on its filesystem; otherwise why not (free space against need)."""
+    if is_made(venv, base):
+        return None
+    where = next(p for p in (venv, *venv.parents) if p.exists())
+    free, need = shutil.disk_usage(where).free, _gib_setting(ROOM_ENV, ROOM_BYTES)
+    if free >= need:
+        return None
+    return (f"{free / 2**30:.1f} GiB free where {venv} goes, {need / 2**30:.3g} GiB needed for it and its test run "
+            f"({ROOM_ENV} sets this)")
 
 
 def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | None = None,
@@ -206,6 +258,11 @@ def _cmd_venv(args) -> int:
     bases = select_bases(ps, args.base, flag="base")
     if args.dir and len(bases) != 1:
         raise PatchsetError(f"--dir {args.dir}", "names the venv of one base; give exactly one base with it")
+    if args.room:
+        for b in bases:
+            why = room_for(Path(args.dir).resolve() if args.dir else sources.root / f".venv-{b}", b)
+            print(f"room {b}" if why is None else f"no-room {b} {why}", flush=True)
+        return 0
     failed = []
     for b in bases:
         venv = Path(args.dir).resolve() if args.dir else sources.root / f".venv-{b}"
@@ -228,4 +285,7 @@ def register(subparsers) -> None:
     p.add_argument("base", nargs="*", metavar="X.Y.Z", help="bases (default: every base in patchset.toml)")
     p.add_argument("--dir", help="the venv's directory (one base only; default: .venv-<base> in the repo)")
     p.add_argument("--install", action="store_true", help="then install the patch set into it (tools install --replace)")
+    p.add_argument("--room", action="store_true",
+                   help="make nothing: print `room <base>` where the venv is made or fits on its disk, else "
+                        "`no-room <base> <why>`")
     add_repo_root_arg(p)

@@ -60,3 +60,15 @@ def test_columns_line_up_whatever_the_suite_names_length():
     passed_end = header.index("passed") + len("passed")
     row = next(line for line in table if "positional_inplace" in line)
     assert row[:passed_end].rstrip().endswith("3") and row[passed_end] == " "
+
+
+def test_the_logs_of_several_runs_add_up(tmp_path, capsys):
+    """dev.sh test runs ctest once per base and passes each run's log: one table over all of them."""
+    first, second = tmp_path / "batch-1.log", tmp_path / "batch-2.log"
+    first.write_text(_block(1, "v2.13.0/inductor.test_a", "2 passed in 1.00s\n") + _block(2, "wheel_smoke", "1 passed in 1.0s\n"))
+    second.write_text(_block(1, "v2.15.0/inductor.test_a", "1 failed, 1 passed in 2.00s\n", passed=False))
+    assert ctest_summary.main(["ctest_summary.py", str(tmp_path), str(first), str(tmp_path / "gone.log"), str(second)]) == 0
+    out, err = capsys.readouterr()
+    assert "gone.log: no CTest log" in err
+    assert "v2.13.0: 1 suites (0 failed), 2 passed" in out and "v2.15.0: 1 suites (1 failed), 1 passed, 1 failed" in out
+    assert "once: 1 suites (0 failed), 1 passed" in out

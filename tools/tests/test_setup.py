@@ -57,7 +57,8 @@ def capped(tmp_path):
         (root / "requirements" / f"base-{b}.txt").write_text(f"# test pins\ntorch=={b}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=str(conf), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(links),
-               PIP_DISABLE_PIP_VERSION_CHECK="1", TORCH_PATCHSET_CACHE=str(tmp_path / "cache"))
+               PIP_DISABLE_PIP_VERSION_CHECK="1", TORCH_PATCHSET_CACHE=str(tmp_path / "cache"),
+               TORCH_PATCHSET_MIN_FREE_GIB="0")  # the fake wheels are a few KB, whatever the host's disk holds
     return root, cap, env
 
 
@@ -176,6 +177,7 @@ def test_a_full_disk_is_refused_before_anything_is_written(capped, monkeypatch):
     from tools.sources import Sources
 
     root, _, env = capped
+    monkeypatch.delenv(baseenv.MIN_FREE_ENV, raising=False)
     monkeypatch.setattr(baseenv.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(100, 99, 2**29))
     monkeypatch.setattr(baseenv.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a[0]}"))
     venv = root / ".venv-2.15.0"
@@ -183,3 +185,55 @@ def test_a_full_disk_is_refused_before_anything_is_written(capped, monkeypatch):
         baseenv.ensure_venv("2.15.0", venv, Sources(root))
     assert str(venv) in str(e.value) and "0.5 GiB free on its filesystem; torch 2.15.0 needs at least 2 GiB" in str(e.value)
     assert not venv.exists()
+
+
+def test_the_free_space_limit_is_an_environment_setting(tmp_path, monkeypatch):
+    """TORCH_PATCHSET_MIN_FREE_GIB moves the limit both ways; a value that is not a count of GiB is an error naming it."""
+    import shutil as _shutil
+
+    from tools import baseenv
+
+    monkeypatch.setattr(baseenv.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(100, 99, 2**29))
+    venv = tmp_path / ".venv-2.15.0"
+    monkeypatch.setenv(baseenv.MIN_FREE_ENV, "0.25")
+    baseenv.check_free_space(venv, "2.15.0")  # 0.5 GiB free, 0.25 needed
+    monkeypatch.setenv(baseenv.MIN_FREE_ENV, "1")
+    with pytest.raises(PatchsetError, match=r"0.5 GiB free on its filesystem; torch 2.15.0 needs at least 1 GiB .*"
+                                            r"\(TORCH_PATCHSET_MIN_FREE_GIB sets this limit\)"):
+        baseenv.check_free_space(venv, "2.15.0")
+    for bad in ("two", "-1"):
+        monkeypatch.setenv(baseenv.MIN_FREE_ENV, bad)
+        with pytest.raises(PatchsetError, match="TORCH_PATCHSET_MIN_FREE_GIB"):
+            baseenv.check_free_space(venv, "2.15.0")
+
+
+def test_room_says_whether_the_next_venv_fits(capped, monkeypatch, capsys):
+    """`tools venv --room`: a made venv always has room; another one fits or not against the free space, and the
+    line says both figures. dev.sh test frees the venv it has just tested on a no-room answer."""
+    import shutil as _shutil
+
+    from tools import baseenv
+    from tools.sources import Sources
+
+    root, _, _ = capped
+    monkeypatch.delenv(baseenv.ROOM_ENV, raising=False)
+    monkeypatch.setattr(baseenv.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(100, 99, 5 * 2**30))
+    venv = root / ".venv-2.15.0"
+    why = baseenv.room_for(venv, "2.15.0")
+    assert why is not None and why.startswith(f"5.0 GiB free where {venv} goes, 8 GiB needed")
+    monkeypatch.setenv(baseenv.ROOM_ENV, "4.5")
+    assert baseenv.room_for(venv, "2.15.0") is None
+    monkeypatch.setenv(baseenv.ROOM_ENV, "6")
+    site = venv / "lib" / "python3.11" / "site-packages" / "torch-2.15.0.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
+    assert baseenv.room_for(venv, "2.15.0") is None  # made: nothing more to fit
+    assert baseenv.room_for(root / ".venv-2.16.0", "2.16.0").startswith("5.0 GiB free")
+    # the command dev.sh reads: one line per base, and nothing made
+    capsys.readouterr()
+    _, _, env = capped
+    r = _tools({**env, baseenv.ROOM_ENV: "1000000"}, "venv", "--room", "2.16.0", "--repo-root", str(root))
+    assert r.returncode == 0 and r.stdout.startswith("no-room 2.16.0 ") and "1e+06 GiB needed" in r.stdout, r
+    assert not (root / ".venv-2.16.0").exists()
+    r = _tools({**env, baseenv.ROOM_ENV: "0"}, "venv", "--room", "--repo-root", str(root))
+    assert r.stdout.split("\n") == ["room 2.15.0", "room 2.16.0", ""], r
