@@ -127,7 +127,8 @@ case "$cmd" in
         step "base $b: its suites in .venv-$b"
         run_batch -L "^v$(labels "$b")\$"
       else
-        step "NOT TESTED: base $b: $(sed 's/^failed [^ ]* //' <<<"$made")"
+        why="$(sed -n 's/^failed [^ ]* //p' <<<"$made")"
+        step "NOT TESTED: base $b: ${why:-see the errors above}"
         [ "$rc" = 0 ] && rc=1
       fi
       # a disk that cannot also hold the next base's venv: free this one (the next run makes it again)

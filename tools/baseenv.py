@@ -154,7 +154,7 @@ def check_free_space(venv: Path, base: str) -> None:
     need = min_free_bytes()
     if free < need:
         raise PatchsetError(venv, f"{free / 2**30:.1f} GiB free on its filesystem; torch {base} needs at least "
-                                  f"{need / 2**30:.3g} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
+                                  f"{need / 2**30:g} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
                                   f"CUDA build): free some space and run again ({MIN_FREE_ENV} sets this limit)")
 
 
@@ -180,7 +180,7 @@ def room_for(venv: Path, base: str) -> str | None:
     free, need = shutil.disk_usage(where).free, _gib_setting(ROOM_ENV, ROOM_BYTES)
     if free >= need:
         return None
-    return (f"{free / 2**30:.1f} GiB free where {venv} goes, {need / 2**30:.3g} GiB needed for it and its test run "
+    return (f"{free / 2**30:.1f} GiB free where {venv} goes, {need / 2**30:g} GiB needed for it and its test run "
             f"({ROOM_ENV} sets this)")
 
 
