@@ -7,8 +7,8 @@
 #           torch from PyPI with its dependencies, the patch set installed), then every CTest suite: tools and csrc
 #           once, the test/inductor suites on every base (labels v<base>), one base after another; per-base and
 #           per-suite counts at the end. A base whose torch cannot be fetched is reported as NOT TESTED (with the
-#           reason) and the exit status is 1. Where the disk cannot hold the next base's venv beside the last one
-#           (`tools venv --room`), the last one is removed once its suites ran, and says so.
+#           reason) and the exit status is 1. Where the disk cannot hold a base's venv beside the others
+#           (`tools venv --room-for`), the others are removed first, each with a line saying so.
 #   status  `python -m tools status` for .venv
 #   clean   uninstall the patch set from .venv and remove build/ (keeps .venv)
 # Environment: VENV (default .venv), CTEST_PARALLEL_LEVEL (default 2: CI has 2 cores), PATCHSET_TEST_BASES (default:
@@ -118,26 +118,25 @@ case "$cmd" in
     labels() { printf '%s\n' "$@" | sed 's/\./\\./g' | paste -sd'|'; }
     # the primary base and the suites that run once, then each other base in its .venv-<base> (made by `tools venv`,
     # which goes on past a base it cannot make: "ready <base> <venv>" or "failed <base> <reason>")
-    if [ -n "$bases" ]; then run_batch -LE "^v($(labels $bases))\$"; else run_batch; fi
-    set -- $bases
-    while [ $# -gt 0 ]; do
-      b="$1"; shift
+    if [ -n "$bases" ]; then run_batch --no-tests=error -LE "^v($(labels $bases))\$"; else run_batch --no-tests=error; fi
+    for b in $bases; do
+      # room for this base's venv: where the disk cannot hold it beside the other bases' venvs (this run's or an earlier
+      # one's), those are removed first, each with a line; the next run makes them again
+      room="$("$PY" -m tools venv --room-for "$b" $bases)" || room=""
+      while read -r what other venv; do
+        if [ "$what" = removed ]; then step "removed .venv-$other to make room for base $b; the next run makes it again"; fi
+      done <<<"$room"
+      case "$(tail -n1 <<<"$room")" in
+        no-room*) step "warning: base $b may not fit: $(tail -n1 <<<"$room" | cut -d' ' -f3-); trying anyway" ;;
+      esac
       made="$("$PY" -m tools venv --install "$b")" || true
       if [ "$(awk '{ print $1 }' <<<"$made")" = ready ]; then
         step "base $b: its suites in .venv-$b"
-        run_batch -L "^v$(labels "$b")\$"
+        run_batch --no-tests=error -L "^v$(labels "$b")\$"
       else
         why="$(sed -n 's/^failed [^ ]* //p' <<<"$made")"
         step "NOT TESTED: base $b: ${why:-see the errors above}"
         [ "$rc" = 0 ] && rc=1
-      fi
-      # a disk that cannot also hold the next base's venv: free this one (the next run makes it again)
-      if [ $# -gt 0 ] && [ -d "$ROOT/.venv-$b" ]; then
-        room="$("$PY" -m tools venv --room "$1")" || room=""
-        if [ "${room%% *}" = no-room ]; then
-          step "removing .venv-$b to make room for base $1 (${room#no-room "$1" }); the next run makes it again"
-          rm -rf "$ROOT/.venv-$b"
-        fi
       fi
     done
     "$PY" scripts/ctest_summary.py "$BUILD" "${logs[@]}" || true

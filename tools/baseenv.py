@@ -20,15 +20,19 @@ printed when it happens and again at the end, and the exit status is 2. Stdout h
 ``ready <base> <venv>`` or ``failed <base> <reason>``, for scripts (``dev.sh test`` runs the ready ones and reports
 the others as not tested).
 
-``--room`` makes nothing: one line per base, ``room <base>`` where its venv is made or fits on its filesystem, else
-``no-room <base> <why>``. ``dev.sh test`` asks it before each base and frees the venv it has just tested where the
-next one would not fit. Two settings, in GiB: ``TORCH_PATCHSET_VENV_ROOM_GIB`` (what ``--room`` requires, default
-8) and ``TORCH_PATCHSET_MIN_FREE_GIB`` (below which an install is refused before anything is written, default 2).
+``--room-for BASE [OTHER ...]`` installs nothing: where BASE's venv is neither made nor fits on its filesystem, it
+removes the venvs of the OTHER bases (``.venv-<other>``, in the order given; never BASE's or the primary's ``.venv``)
+until it fits, one ``removed <other> <venv>`` line each, then prints ``room <base>`` or ``no-room <base> <why>``.
+``dev.sh test`` asks it before each base, so every base is tested one after another on a disk that cannot hold all
+their venvs, whatever an earlier run left. Two settings, in GiB: ``TORCH_PATCHSET_VENV_ROOM_GIB`` (what a venv and
+its test run need, default 8) and ``TORCH_PATCHSET_MIN_FREE_GIB`` (below which an install is refused before anything
+is written, default 2).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -131,8 +135,8 @@ def _gib_setting(name: str, default: int) -> int:
         gib = float(raw)
     except ValueError:
         raise PatchsetError(name, f"{raw!r} is not a number of GiB") from None
-    if gib < 0:
-        raise PatchsetError(name, f"{raw!r} is negative")
+    if not math.isfinite(gib) or gib < 0:
+        raise PatchsetError(name, f"{raw!r} is not a finite, non-negative number of GiB")
     return int(gib * 2**30)
 
 
@@ -159,9 +163,7 @@ def check_free_space(venv: Path, base: str) -> None:
 
 
 # What one more base's venv needs before it is made: PyPI's CUDA build of torch with its nvidia-* wheels (5.6-5.7 GB
-# in a venv of 2.14.1 or 2.15.0) and room for that base's test run (Inductor's caches, pytest's tmp). ``dev.sh test``
-# asks before each base (``tools venv --room``) and, where the next one does not fit, removes the venv it has just
-# tested, so every base is tested one after another on a disk that cannot hold them all at once.
+# in a venv of 2.14.1 or 2.15.0) and room for that base's test run (Inductor's caches, pytest's tmp).
 ROOM_BYTES = 8 * 2**30
 ROOM_ENV = "TORCH_PATCHSET_VENV_ROOM_GIB"
 
@@ -182,6 +184,23 @@ def room_for(venv: Path, base: str) -> str | None:
         return None
     return (f"{free / 2**30:.1f} GiB free where {venv} goes, {need / 2**30:g} GiB needed for it and its test run "
             f"({ROOM_ENV} sets this)")
+
+
+def make_room(root: Path, base: str, others: list[str], primary: str) -> tuple[list[tuple[str, Path]], str | None]:
+    """Remove ``.venv-<other>`` (in order; never ``base``'s or the primary base's) until ``base``'s venv fits.
+    Returns what was removed and, where it still does not fit, why (``room_for``)."""
+    removed: list[tuple[str, Path]] = []
+    why = room_for(root / f".venv-{base}", base)
+    for other in others:
+        if why is None:
+            break
+        venv = root / f".venv-{other}"
+        if other in (base, primary) or not venv.exists():
+            continue
+        shutil.rmtree(venv)
+        removed.append((other, venv))
+        why = room_for(root / f".venv-{base}", base)
+    return removed, why
 
 
 def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | None = None,
@@ -258,10 +277,15 @@ def _cmd_venv(args) -> int:
     bases = select_bases(ps, args.base, flag="base")
     if args.dir and len(bases) != 1:
         raise PatchsetError(f"--dir {args.dir}", "names the venv of one base; give exactly one base with it")
-    if args.room:
-        for b in bases:
-            why = room_for(Path(args.dir).resolve() if args.dir else sources.root / f".venv-{b}", b)
-            print(f"room {b}" if why is None else f"no-room {b} {why}", flush=True)
+    if args.room_for:
+        if args.dir or args.install:
+            raise PatchsetError("--room-for", "makes room in the repo's .venv-<base> folders; give it without --dir "
+                                              "or --install")
+        (base,) = select_bases(ps, [args.room_for], flag="--room-for")
+        removed, why = make_room(sources.root, base, bases if args.base else [], ps.primary_base)
+        for other, venv in removed:
+            print(f"removed {other} {venv}", flush=True)
+        print(f"room {base}" if why is None else f"no-room {base} {why}", flush=True)
         return 0
     failed = []
     for b in bases:
@@ -285,7 +309,7 @@ def register(subparsers) -> None:
     p.add_argument("base", nargs="*", metavar="X.Y.Z", help="bases (default: every base in patchset.toml)")
     p.add_argument("--dir", help="the venv's directory (one base only; default: .venv-<base> in the repo)")
     p.add_argument("--install", action="store_true", help="then install the patch set into it (tools install --replace)")
-    p.add_argument("--room", action="store_true",
-                   help="make nothing: print `room <base>` where the venv is made or fits on its disk, else "
-                        "`no-room <base> <why>`")
+    p.add_argument("--room-for", metavar="BASE",
+                   help="install nothing: remove the venvs of the bases given (in order) until BASE's venv fits on "
+                        "its disk; print `removed <base> <venv>` per venv, then `room BASE` or `no-room BASE <why>`")
     add_repo_root_arg(p)

@@ -207,33 +207,64 @@ def test_the_free_space_limit_is_an_environment_setting(tmp_path, monkeypatch):
             baseenv.check_free_space(venv, "2.15.0")
 
 
-def test_room_says_whether_the_next_venv_fits(capped, monkeypatch, capsys):
-    """`tools venv --room`: a made venv always has room; another one fits or not against the free space, and the
-    line says both figures. dev.sh test frees the venv it has just tested on a no-room answer."""
+def _made(venv, base):
+    d = venv / "lib" / "python3.11" / "site-packages" / f"torch-{base}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {base}\n")
+
+
+def test_room_for_a_venv_frees_the_other_bases_venvs_in_order(capped, monkeypatch):
+    """dev.sh test asks `tools venv --room-for <base> <bases...>` before each base: on a disk that holds one CUDA venv
+    beside the rest, the venvs an earlier run left are removed (in the order given, never the base's own or the
+    primary's) until the base fits; a made venv needs no room."""
     import shutil as _shutil
 
     from tools import baseenv
-    from tools.sources import Sources
 
     root, _, _ = capped
     monkeypatch.delenv(baseenv.ROOM_ENV, raising=False)
-    monkeypatch.setattr(baseenv.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(100, 99, 5 * 2**30))
-    venv = root / ".venv-2.15.0"
-    why = baseenv.room_for(venv, "2.15.0")
-    assert why is not None and why.startswith(f"5.0 GiB free where {venv} goes, 8 GiB needed")
-    monkeypatch.setenv(baseenv.ROOM_ENV, "4.5")
-    assert baseenv.room_for(venv, "2.15.0") is None
-    monkeypatch.setenv(baseenv.ROOM_ENV, "6")
-    site = venv / "lib" / "python3.11" / "site-packages" / "torch-2.15.0.dist-info"
-    site.mkdir(parents=True)
-    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
-    assert baseenv.room_for(venv, "2.15.0") is None  # made: nothing more to fit
-    assert baseenv.room_for(root / ".venv-2.16.0", "2.16.0").startswith("5.0 GiB free")
-    # the command dev.sh reads: one line per base, and nothing made
-    capsys.readouterr()
-    _, _, env = capped
-    r = _tools({**env, baseenv.ROOM_ENV: "1000000"}, "venv", "--room", "2.16.0", "--repo-root", str(root))
-    assert r.returncode == 0 and r.stdout.startswith("no-room 2.16.0 ") and "1e+06 GiB needed" in r.stdout, r
-    assert not (root / ".venv-2.16.0").exists()
-    r = _tools({**env, baseenv.ROOM_ENV: "0"}, "venv", "--room", "--repo-root", str(root))
-    assert r.stdout.split("\n") == ["room 2.15.0", "room 2.16.0", ""], r
+
+    def disk(_):  # 20 GiB, each .venv-* taking 6
+        used = 6 * 2**30 * len(list(root.glob(".venv-*")))
+        return _shutil._ntuple_diskusage(20 * 2**30, used, 20 * 2**30 - used)
+
+    monkeypatch.setattr(baseenv.shutil, "disk_usage", disk)
+    for b in ("2.11.0", "2.13.0", "2.15.0"):
+        _made(root / f".venv-{b}", b)
+    order = ["2.11.0", "2.13.0", "2.14.1", "2.15.0"]
+    # 2 GiB free: the first other base's venv goes; the primary's name is skipped, 2.15.0 stays (8 GiB free now)
+    removed, why = baseenv.make_room(root, "2.14.1", order, "2.13.0")
+    assert removed == [("2.11.0", root / ".venv-2.11.0")] and why is None
+    assert (root / ".venv-2.13.0").exists() and (root / ".venv-2.15.0").exists()
+    # a made venv needs nothing; the base's own venv is never a candidate
+    assert baseenv.make_room(root, "2.15.0", order, "2.13.0") == ([], None)
+    # nothing left that may go: why it still does not fit
+    monkeypatch.setenv(baseenv.ROOM_ENV, "100")
+    removed, why = baseenv.make_room(root, "2.11.0", order, "2.13.0")
+    assert removed == [("2.15.0", root / ".venv-2.15.0")] and (root / ".venv-2.13.0").exists()
+    assert why == f"14.0 GiB free where {root / '.venv-2.11.0'} goes, 100 GiB needed for it and its test run " \
+                  f"({baseenv.ROOM_ENV} sets this)"
+    for bad in ("nan", "inf", "-1", "two"):
+        monkeypatch.setenv(baseenv.ROOM_ENV, bad)
+        with pytest.raises(PatchsetError, match=baseenv.ROOM_ENV):
+            baseenv.room_for(root / ".venv-2.11.0", "2.11.0")
+
+
+def test_room_for_on_the_command_line(capped):
+    """The lines dev.sh reads: one per venv removed, then room or no-room; only the bases given may go."""
+    from tools import baseenv
+
+    root, _, env = capped
+    _made(root / ".venv-2.16.0", "2.16.0")
+    r = _tools({**env, baseenv.ROOM_ENV: "1000000"}, "venv", "--room-for", "2.15.0", "--repo-root", str(root))
+    assert r.returncode == 0 and r.stdout.startswith("no-room 2.15.0 ") and "1e+06 GiB needed" in r.stdout, r
+    assert (root / ".venv-2.16.0").exists()  # not given: not a candidate
+    r = _tools({**env, baseenv.ROOM_ENV: "1000000"}, "venv", "--room-for", "2.15.0", "2.15.0", "2.16.0",
+               "--repo-root", str(root))
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"removed 2.16.0 {root / '.venv-2.16.0'}" and lines[1].startswith("no-room 2.15.0 "), r
+    assert not (root / ".venv-2.16.0").exists() and not (root / ".venv-2.15.0").exists()
+    r = _tools({**env, baseenv.ROOM_ENV: "0"}, "venv", "--room-for", "2.15.0", "2.16.0", "--repo-root", str(root))
+    assert r.stdout == "room 2.15.0\n", r
+    r = _tools(env, "venv", "--room-for", "2.15.0", "--install", "--repo-root", str(root))
+    assert r.returncode != 0 and "without --dir or --install" in r.stderr
