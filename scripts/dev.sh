@@ -8,7 +8,8 @@
 #           once, the test/inductor suites on every base (labels v<base>), one base after another; per-base and
 #           per-suite counts at the end. A base whose torch cannot be fetched is reported as NOT TESTED (with the
 #           reason) and the exit status is 1. Where the disk cannot hold a base's venv beside the others
-#           (`tools venv --room-for`), the others are removed first, each with a line saying so.
+#           (`tools venv --room-for`), the others are removed first, each with a line saying so
+#           (scripts/ctest_by_base.sh runs the suites).
 #   status  `python -m tools status` for .venv
 #   clean   uninstall the patch set from .venv and remove build/ (keeps .venv)
 # Environment: VENV (default .venv), CTEST_PARALLEL_LEVEL (default 2: CI has 2 cores), PATCHSET_TEST_BASES (default:
@@ -104,42 +105,8 @@ case "$cmd" in
     bases="$(other_bases | tr '\n' ' ' | sed 's/ $//')"
     build_csrc "$bases"
     step "setup took $((SECONDS - t0))s; running the suites one base at a time (ctest -j ${CTEST_PARALLEL_LEVEL:-2})"
-    rc=0 n=0 logs=()
-    rm -f "$BUILD"/Testing/batch-*.log
-    # run_batch CTEST-ARGS...: one ctest run; its log is kept for the summary at the end
-    run_batch() {
-      n=$((n + 1))
-      rm -f "$BUILD/Testing/Temporary/LastTest.log"
-      ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_PARALLEL_LEVEL:-2}" "$@" || rc=$?
-      if [ -f "$BUILD/Testing/Temporary/LastTest.log" ]; then
-        cp "$BUILD/Testing/Temporary/LastTest.log" "$BUILD/Testing/batch-$n.log" && logs+=("$BUILD/Testing/batch-$n.log")
-      fi
-    }
-    labels() { printf '%s\n' "$@" | sed 's/\./\\./g' | paste -sd'|'; }
-    # the primary base and the suites that run once, then each other base in its .venv-<base> (made by `tools venv`,
-    # which goes on past a base it cannot make: "ready <base> <venv>" or "failed <base> <reason>")
-    if [ -n "$bases" ]; then run_batch --no-tests=error -LE "^v($(labels $bases))\$"; else run_batch --no-tests=error; fi
-    for b in $bases; do
-      # room for this base's venv: where the disk cannot hold it beside the other bases' venvs (this run's or an earlier
-      # one's), those are removed first, each with a line; the next run makes them again
-      room="$("$PY" -m tools venv --room-for "$b" $bases)" || room=""
-      while read -r what other venv; do
-        if [ "$what" = removed ]; then step "removed .venv-$other to make room for base $b; the next run makes it again"; fi
-      done <<<"$room"
-      case "$(tail -n1 <<<"$room")" in
-        no-room*) step "warning: base $b may not fit: $(tail -n1 <<<"$room" | cut -d' ' -f3-); trying anyway" ;;
-      esac
-      made="$("$PY" -m tools venv --install "$b")" || true
-      if [ "$(awk '{ print $1 }' <<<"$made")" = ready ]; then
-        step "base $b: its suites in .venv-$b"
-        run_batch --no-tests=error -L "^v$(labels "$b")\$"
-      else
-        why="$(sed -n 's/^failed [^ ]* //p' <<<"$made")"
-        step "NOT TESTED: base $b: ${why:-see the errors above}"
-        [ "$rc" = 0 ] && rc=1
-      fi
-    done
-    "$PY" scripts/ctest_summary.py "$BUILD" "${logs[@]}" || true
+    rc=0
+    PY="$PY" bash "$ROOT/scripts/ctest_by_base.sh" "$BUILD" $bases || rc=$?
     step "total $((SECONDS - t0))s"
     exit "$rc" ;;
   status)
