@@ -23,10 +23,10 @@ the others as not tested).
 ``--room-for BASE [OTHER ...]`` installs nothing: where BASE's venv is neither made nor fits on its filesystem, it
 removes the venvs of the OTHER bases (``.venv-<other>``, in the order given; never BASE's or the primary's ``.venv``)
 until it fits, one ``removed <other> <venv>`` line each, then prints ``room <base>`` or ``no-room <base> <why>``.
-``dev.sh test`` asks it before each base, so every base is tested one after another on a disk that cannot hold all
-their venvs, whatever an earlier run left. Two settings, in GiB: ``TORCH_PATCHSET_VENV_ROOM_GIB`` (what a venv and
-its test run need, default 8) and ``TORCH_PATCHSET_MIN_FREE_GIB`` (below which an install is refused before anything
-is written, default 2).
+``dev.sh test`` (``scripts/ctest_by_base.sh``) asks it before each base, so every base is tested one after another
+on a disk that cannot hold all their venvs, whatever an earlier run left. Two settings, in GiB:
+``TORCH_PATCHSET_VENV_ROOM_GIB`` (what a venv and its test run need, default 8) and ``TORCH_PATCHSET_MIN_FREE_GIB``
+(below which an install is refused before anything is written, default 2).
 """
 
 from __future__ import annotations
@@ -147,15 +147,14 @@ MIN_FREE_BYTES = 2 * 2**30
 MIN_FREE_ENV = "TORCH_PATCHSET_MIN_FREE_GIB"
 
 
-def min_free_bytes() -> int:
-    return _gib_setting(MIN_FREE_ENV, MIN_FREE_BYTES)
+def _free_bytes(venv: Path) -> int:
+    """Free space on the filesystem ``venv`` is (or will be) on."""
+    return shutil.disk_usage(next(p for p in (venv, *venv.parents) if p.exists())).free
 
 
 def check_free_space(venv: Path, base: str) -> None:
     """Refuse, before anything is written, to install torch where its filesystem cannot hold even the CPU build."""
-    where = next(p for p in (venv, *venv.parents) if p.exists())
-    free = shutil.disk_usage(where).free
-    need = min_free_bytes()
+    free, need = _free_bytes(venv), _gib_setting(MIN_FREE_ENV, MIN_FREE_BYTES)
     if free < need:
         raise PatchsetError(venv, f"{free / 2**30:.1f} GiB free on its filesystem; torch {base} needs at least "
                                   f"{need / 2**30:g} GiB there (about 1.2 GB as a CPU build, 5 GB as PyPI's "
@@ -168,18 +167,21 @@ ROOM_BYTES = 8 * 2**30
 ROOM_ENV = "TORCH_PATCHSET_VENV_ROOM_GIB"
 
 
+def _is_release(have: str | None, base: str) -> bool:
+    """``have`` (an installed torch version, or None) is the base's release, whatever its local label."""
+    return have is not None and have.partition("+")[0] == base
+
+
 def is_made(venv: Path, base: str) -> bool:
     """``venv`` holds the base's torch (it may still be reinstalled when its requirement files changed)."""
-    have = installed_torch(venv)
-    return have is not None and have.partition("+")[0] == base
+    return _is_release(installed_torch(venv), base)
 
 
 def room_for(venv: Path, base: str) -> str | None:
     """None when the base's venv is made or fits on its filesystem; otherwise why not (free space against need)."""
     if is_made(venv, base):
         return None
-    where = next(p for p in (venv, *venv.parents) if p.exists())
-    free, need = shutil.disk_usage(where).free, _gib_setting(ROOM_ENV, ROOM_BYTES)
+    free, need = _free_bytes(venv), _gib_setting(ROOM_ENV, ROOM_BYTES)
     if free >= need:
         return None
     return (f"{free / 2**30:.1f} GiB free where {venv} goes, {need / 2**30:g} GiB needed for it and its test run "
@@ -213,7 +215,7 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
     digest = requirements_digest(req)
     stamp = venv / STAMP
     old = stamp.read_text().strip() if stamp.is_file() else None
-    install = have is None or have.partition("+")[0] != base or old != digest
+    install = not _is_release(have, base) or old != digest
     if install:
         check_free_space(venv, base)
     if not py.exists():
@@ -222,7 +224,7 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
         if r.returncode:
             raise PatchsetError(venv, f"`{sys.executable} -m venv` failed: {_last_error(r.stderr + r.stdout)}")
     if install:
-        why = f"torch {have}" if have and have.partition("+")[0] != base else "no torch" if have is None \
+        why = "no torch" if have is None else f"torch {have}" if not _is_release(have, base) \
             else "its requirement files changed"
         rel = req.relative_to(sources.root) if req.is_relative_to(sources.root) else req
         progress(f"v{base}: pip install -r {rel} into {venv} ({why}; where pip resolves torch to PyPI's CUDA "
@@ -240,7 +242,7 @@ def ensure_venv(base: str, venv: Path, sources: Sources, *, cache_dir: Path | No
             raise PatchsetError(req, f"pip install failed (exit {r.returncode}): {_last_error(r.stderr)}; "
                                 f"torch {base} is not installed in {venv}")
         have = installed_torch(venv)
-        if have is None or have.partition("+")[0] != base:
+        if not _is_release(have, base):
             raise PatchsetError(req, f"pip install succeeded but {venv} has torch {have}, not {base}")
         stamp.write_text(digest + "\n")
     else:
