@@ -24,6 +24,9 @@ in-register TDPBUSD throughput that benchmarks/da8w4_amx_breakdown.sh measures o
 
 --variant NAME:VAR=VALUE[,VAR=VALUE] adds a run of our kernel with those environment
 variables (for example a forced ISA path), reported as one more ratio column.
+--port adds the kernel PR's file (upstream-prs/pytorch-ao/da8w4_linear.cpp, our kernel as the
+one file torchao builds), built with torchao's flags below: a "port ratio" column, and "port =
+ours", the share of its outputs equal bit for bit to our library's.
 
 The ceiling beside both: a dense int8 GEMM of the same M x K x N on the same threads,
 ``torch._int_mm`` (int8 x int8 -> int32, ATen's CPU implementation) in a third worker,
@@ -62,6 +65,7 @@ LINEAR_SCHEMA = (
     "Tensor? bias, ScalarType output_dtype) -> Tensor"
 )
 TORCHAO_FILE = "torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp"
+PORT = REPO / "upstream-prs" / "pytorch-ao" / "da8w4_linear.cpp"  # the kernel PR's file (tools/torchao_kernel.py)
 TORCHAO_FLAGS = ["-O3", "-march=native", "-fopenmp", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY_AVX512_VNNI"]
 
 
@@ -76,7 +80,7 @@ def torchao_source(src: str) -> pathlib.Path:
 # --------------------------------------------------------------------------------------
 # worker side
 # --------------------------------------------------------------------------------------
-def load_torchao(src: pathlib.Path, build_dir: str) -> None:
+def load_torchao(src: pathlib.Path, build_dir: str, name: str = "torchao_da8w4") -> None:
     from torch.utils import cpp_extension
 
     lib = torch.library.Library("torchao", "FRAGMENT")  # noqa: F841 (kept alive below)
@@ -89,7 +93,7 @@ def load_torchao(src: pathlib.Path, build_dir: str) -> None:
     load_torchao.lib = lib
     os.makedirs(build_dir, exist_ok=True)
     cpp_extension.load(
-        name="torchao_da8w4", sources=[str(src)], is_python_module=False, build_directory=build_dir,
+        name=name, sources=[str(src)], is_python_module=False, build_directory=build_dir,
         extra_cflags=TORCHAO_FLAGS, extra_ldflags=["-fopenmp"], verbose=False,
     )
 
@@ -170,6 +174,9 @@ def worker(args):
         return dense_worker(args)
     if args.worker == "torchao":
         load_torchao(torchao_source(args.torchao_src), args.build_dir)
+    elif args.worker == "port":
+        # the kernel PR's file, built with torchao's flags as torchao's own is
+        load_torchao(PORT, args.build_dir + "_port", name="torchao_da8w4_port")
     else:
         load_ours()
     if args.build_only:
@@ -267,7 +274,10 @@ def main():
     parser.add_argument("--variant", action="append", default=[], help="NAME:VAR=VALUE[,VAR=VALUE]")
     parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "torchao_da8w4_build"))
     parser.add_argument("--json", help="also write the results here (and each finished worker's times to JSON.partial)")
-    parser.add_argument("--worker", choices=("ours", "torchao", "dense"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", action="store_true",
+                        help="also time the kernel PR's file (upstream-prs/pytorch-ao/da8w4_linear.cpp), built with "
+                             "torchao's flags: column 'port ratio'")
+    parser.add_argument("--worker", choices=("ours", "torchao", "dense", "port"), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
     parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
@@ -281,6 +291,8 @@ def main():
     for v in args.variant:
         name, _, envs = v.partition(":")
         variants.append((name, dict(e.split("=", 1) for e in envs.split(",") if e)))
+    if args.port:
+        variants.append(("port", None))
 
     clock = args.clock_ghz or clock_ghz()
     peak = args.peak_tops * 1e12 if args.peak_tops else args.threads * 1024 * 2 * clock * 1e9
@@ -295,12 +307,12 @@ def main():
         runs = {"torchao": [], "ours": [], "dense": [], **{name: [] for name, _ in variants}}
         for r in range(args.rounds):
             order = [("torchao", "torchao", None), ("ours", "ours", None), ("dense", "dense", None)] + [
-                (name, "ours", env) for name, env in variants]
+                (name, "port" if env is None else "ours", env) for name, env in variants]
             if r % 2:
                 order.reverse()
             for tag, kind, env in order:
                 print(f"round {r}: {tag}", file=sys.stderr, flush=True)
-                runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and kind != "dense" and tag in ("torchao", "ours"))))
+                runs[tag].append(run_worker(kind, args, tmp, f"{tag}_{r}", env, save=(r == 0 and tag in ("torchao", "ours", "port"))))
                 if args.json:  # every finished worker's times (s per call), in case the run is cut short
                     with open(args.json + ".partial", "w") as f:
                         json.dump(runs, f)
@@ -311,10 +323,11 @@ def main():
         library = dense_library(args)
         print(f"dense int8 GEMM: torch._int_mm, run by {library}")
         print()
-        extra = "".join(f" {name} ratio |" for name, _ in variants)
+        extra = "".join(f" {name} ratio |" for name, _ in variants) + (" port = ours |" if args.port else "")
+        port_identical = {}
         print(f"| shape | M | torchao (us) | ours (us) | torchao / ours |{extra} torchao % peak | ours % peak "
               "| int8 GEMM % peak | max diff (bf16 ulp) | identical | rel. diff | page faults per call, torchao / ours |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * len(variants) + "---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|" + "---:|" * (len(variants) + args.port) + "---:|---:|---:|---:|---:|---:|---:|")
         table = []
         for name in args.shapes:
             k, n = SHAPES[name]
@@ -324,6 +337,10 @@ def main():
                 ops = 2 * m * n * k
                 ulps, same, rel = compare(os.path.join(tmp, "out_torchao_0"), os.path.join(tmp, "out_ours_0"), name, m)
                 vcols = "".join(f" {ta / med[v][key]:.2f}x |" for v, _ in variants)
+                if args.port:  # the kernel PR's file must give our library's bits
+                    _, port_same, _ = compare(os.path.join(tmp, "out_ours_0"), os.path.join(tmp, "out_port_0"), name, m)
+                    vcols += f" {'all' if port_same == 1.0 else f'{100 * port_same:.3f}%'} |"
+                    port_identical[key] = port_same
                 fa, fo = med["torchao"].get("minflt:" + key, -1), med["ours"].get("minflt:" + key, -1)
                 print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
                       f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {100 * ops / td / peak:.1f}% | "
@@ -333,7 +350,8 @@ def main():
                                   identical=same,
                                   rel=rel, torchao_minflt=fa, ours_minflt=fo,
                                   **{f"{v}_s": med[v][key] for v, _ in variants},
-                                  **{f"{v}_minflt": med[v].get("minflt:" + key, -1) for v, _ in variants}))
+                                  **{f"{v}_minflt": med[v].get("minflt:" + key, -1) for v, _ in variants},
+                                  **({"port_identical_to_ours": port_identical[key]} if args.port else {})))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(machine=machine(args.threads), clock_ghz=clock, dense_library=library, rows=table), f,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tools import bases as bases_mod
 from tools.baseenv import requirements_file, torch_pin
-from tools import gitutil
+from tools import gitutil, torchao_kernel
 from tools.common import Patchset, PatchsetError, add_subcommand, progress
 from tools.generate import add_base_arg, build_series_commits, hook_failure, read_dir
 from tools.hookimports import dangling_imports
@@ -357,6 +357,7 @@ def check(sources: Sources, selected: list[str] | None = None, cache_dir: Path |
     problems += check_overlay_claimed(ps, sources)
     problems += check_requirements(ps, sources)
     problems += check_map_and_upstream(ps, sources, warn=warn)
+    problems += [Problem(where, why) for where, why in torchao_kernel.port_problems(sources.root)]
     warned: set = set()
     for base in selected:
         pdir = sources.patches_dir / f"v{base}"

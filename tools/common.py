@@ -63,6 +63,7 @@ class UpstreamMeta:
     header: str = ""  # prepended to every file of a PR to another repository (its license header)
     diff_prs: tuple[DiffPR, ...] = ()  # smaller PRs, stored diffs, proposed first (``[[patch.upstream.diff-pr]]``)
     own_pr: bool = True  # False: the patch's own files stay in the fork; only its diff PRs are proposed
+    file_prs: tuple[FilePR, ...] = ()  # PRs that replace one file whole (``[[patch.upstream.file-pr]]``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,24 @@ class DiffPR:
     package: str  # the distribution whose released files ``diff`` changes, e.g. "torchao"
     version: str  # the version of it that ``diff`` is made against
     measured: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FilePR:
+    """``[[patch.upstream.file-pr]]``: a PR that replaces ``path`` of ``package``'s source tree at ``version`` whole
+    with ``source``, a file generated in this repo (e.g. ``tools/torchao_kernel.py``'s port of ``csrc/``): no
+    upstream line is stored. It depends on no other PR; its Measured section is the ``headline`` section of
+    benchmarks/README.md (``tools.export_pr_split.export_file_prs``)."""
+
+    name: str
+    title: str
+    summary: str
+    test_plan: tuple[str, ...]
+    path: str  # in the package's source tree
+    source: str  # path in this repo
+    package: str
+    version: str
+    headline: str
 
 
 SUMMARY_MAX_WORDS = 300
@@ -152,7 +171,7 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
     if d is None:
         return None
     known = {"repo", "summary", "headline", "test-plan", "depends-on", "paths", "modules", "test-change", "header",
-             "diff-pr", "own-pr", "title"}
+             "diff-pr", "file-pr", "own-pr", "title"}
     if unknown := sorted(set(d) - known):
         raise PatchsetError(where, f"[patch.upstream] has unknown keys {unknown} (known: {sorted(known)})")
     try:
@@ -172,6 +191,7 @@ def _upstream(d: dict | None, where: str) -> UpstreamMeta | None:
         title=d.get("title", ""),
         header=d.get("header", ""),
         diff_prs=tuple(_diff_pr(x, where) for x in d.get("diff-pr", ())),
+        file_prs=tuple(_file_pr(x, where) for x in d.get("file-pr", ())),
         own_pr=d.get("own-pr", True),
     )
 
@@ -184,6 +204,16 @@ def _diff_pr(d: dict, where: str) -> DiffPR:
         raise PatchsetError(where, f"[[patch.upstream.diff-pr]] has unknown keys {unknown}")
     return DiffPR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["diff"], d["package"],
                   d["version"], d["measured"].strip())
+
+
+def _file_pr(d: dict, where: str) -> FilePR:
+    fields = {"name", "title", "summary", "test-plan", "path", "source", "package", "version", "headline"}
+    if missing := sorted(fields - set(d)):
+        raise PatchsetError(where, f"[[patch.upstream.file-pr]] lacks {', '.join(missing)}")
+    if unknown := sorted(set(d) - fields):
+        raise PatchsetError(where, f"[[patch.upstream.file-pr]] has unknown keys {unknown}")
+    return FilePR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["path"], d["source"],
+                  d["package"], d["version"], d["headline"])
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

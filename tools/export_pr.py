@@ -288,6 +288,7 @@ def export_prs(
             diff_prs, found = export_pr_split.export_diff_prs(sources.root, p, tmp, deps, fork, older,
                                                               releases.get(p.name))
             findings += found
+            findings += export_pr_split.export_file_prs(sources.root, p, tmp, fork)
             if not up.own_pr:
                 progress(f"export-pr v{base}: [{i}/{len(selected)}] {p.name}: its PRs are "
                          f"{', '.join(m.name for m in diff_prs)}; its own files stay in the fork (own-pr = false)")

@@ -27,9 +27,9 @@ from pathlib import Path, PurePosixPath
 
 from tools import bases as bases_mod
 from tools import gitutil
-from tools.common import DiffPR, PatchMeta, PatchsetError, UpstreamMeta, progress
+from tools.common import DiffPR, FilePR, PatchMeta, PatchsetError, UpstreamMeta, progress
 from tools.patchfile import parse_patch
-from tools.prmd import ForkPaths, added_lines, numbered, pasteability_findings, pr_markdown
+from tools.prmd import ForkPaths, added_lines, named_section, numbered, pasteability_findings, pr_markdown
 
 OWNER_PREFIX = "# Owner(s):"
 
@@ -162,3 +162,38 @@ def _apply_diff(diff: Path, dp: DiffPR, p: PatchMeta, d: Path, release: ReleaseF
             applied[fd.path] = (files / fd.path).read_bytes()
     shutil.copyfile(diff, d / f"{dp.name}.patch")
     return [(fd.path, "test" if fd.path.startswith("test/") else "module") for fd in parsed]
+
+
+def file_pr_meta(p: PatchMeta, fp: FilePR) -> PatchMeta:
+    """A file PR of ``p`` as a patch of its own, for its PR.md: it depends on no other PR."""
+    assert p.upstream is not None
+    up = UpstreamMeta(repo=p.upstream.repo, summary=fp.summary, test_plan=fp.test_plan, headline=fp.headline)
+    return dataclasses.replace(p, name=fp.name, subject=fp.title, upstream=up)
+
+
+def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths) -> list[str]:
+    """Write each file PR of ``p`` to ``out/<name>/``: ``files/<path>`` (its ``source``) and ``PR.md`` (Measured:
+    the ``headline`` section of benchmarks/README.md); the lines a reviewer would not accept. A torch release it
+    names is not one (a package's PR says which torch it was measured with)."""
+    assert p.upstream is not None
+    findings: list[str] = []
+    readme = root / "benchmarks" / "README.md"
+    for fp in p.upstream.file_prs:
+        src = root / fp.source
+        if not src.is_file():
+            raise PatchsetError(src, f"missing ([[patch.upstream.file-pr]] {fp.name} of {p.name}); run "
+                                     "`python -m tools generate`")
+        measured = named_section(readme, fp.headline)
+        if measured is None:
+            raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
+        d = out / fp.name
+        (d / "files" / fp.path).parent.mkdir(parents=True)
+        shutil.copyfile(src, d / "files" / fp.path)
+        text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
+                           [(fp.path, f"replaces {fp.package} {fp.version}'s file whole")])
+        (d / "PR.md").write_text(text)
+        findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork, None)
+        findings += pasteability_findings(f"{fp.name}: {fp.path}", numbered(src.read_text()), fork, None)
+        progress(f"export-pr: {p.name}: {fp.name}/files/{fp.path} (replaces {fp.package} {fp.version}'s), "
+                 f"{fp.name}/PR.md")
+    return findings

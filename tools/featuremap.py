@@ -53,6 +53,9 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
                      f"({against}); {then}")
     elif p.upstream:
         lines.append(f"- upstream PR: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`")
+    for fp in p.upstream.file_prs if p.upstream else ():
+        lines.append(f"- and a PR of its own, `{fp.name}`: `{fp.source}` replaces {fp.package} {fp.version}'s "
+                     f"`{fp.path}` whole")
     return lines
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from tools import bases as bases_mod
-from tools import fsutil, gitutil
+from tools import fsutil, gitutil, torchao_kernel
 from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, progress
 from tools.patchapply import find_hunk
 from tools.patchfile import commit_message, parse_patch, patch_date, split_lines
@@ -211,6 +211,9 @@ def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Pat
         have = read_dir(sources.patches_dir / f"v{base}")
         changes[base] = sorted(n for n in set(have) | set(files) if have.get(n) != files.get(n))
     write_generated(sources.patches_dir, outputs)
+    if torchao_kernel.has_kernel(sources.root):
+        port = "changed" if torchao_kernel.write_port(sources.root) else "unchanged"
+        progress(f"generate: wrote {torchao_kernel.PORT} from csrc/da8w4/ ({port})")
     for base in selected:
         what = f"changed: {', '.join(changes[base])}" if changes[base] else "unchanged"
         progress(f"generate v{base}: wrote {sources.patches_dir / f'v{base}'} ({what})")

@@ -31,7 +31,7 @@ namespace da8w4 {
 namespace {
 
 // ---------------------------------------------------------------------------
-// ISA selection: best supported at run time, or forced by DA8W4_ISA for testing.
+// ISA selection: the best supported at run time.
 // ---------------------------------------------------------------------------
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
 
@@ -39,9 +39,9 @@ enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
 // std::ostream.  In torch's CUDA wheels several shared objects (libtorch*.so,
 // libcufile.so) export their own copies of libstdc++ symbols, and an
 // extension's ostream integer formatting bound across those copies crashes the
-// process (SIGSEGV) instead of raising: seen on the AMX host with torch
-// 2.11.0+cu130, gone with the system libstdc++ preloaded (benchmarks/README.md,
-// "da8w4 kernel").  Strings and dtype names stream safely.
+// process (SIGSEGV) instead of raising: seen on an AMX host with a CUDA build of
+// torch 2.11, gone with the system libstdc++ preloaded.  Strings and dtype names
+// stream safely.
 std::string num(int64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
@@ -56,6 +56,7 @@ std::string shape(at::IntArrayRef sizes) {
   return out + "]";
 }
 
+#if defined(DA8W4_TUNING)
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAmx:
@@ -68,6 +69,7 @@ const char* isa_name(Isa isa) {
       return "scalar";
   }
 }
+#endif
 
 #if defined(DA8W4_HAVE_AMX)
 // AMX int8 usable: the CPU has AMX-TILE and AMX-INT8, the OS enables the tile state in
@@ -146,6 +148,9 @@ Isa best_isa() {
   return best;
 }
 
+#if defined(DA8W4_TUNING)
+// Tests and benchmarks of this library (built with DA8W4_TUNING) can force a path with
+// DA8W4_ISA and ask which one the last call used.
 std::atomic<int> g_last_isa{-1};
 
 // `forced` tells whether DA8W4_ISA named the path (then it is used for every M).
@@ -174,6 +179,12 @@ Isa select_isa(bool* forced) {
       env,
       "; expected one of auto, scalar, avx2, avx512vnni, amx");
 }
+#else
+Isa select_isa(bool* forced) {
+  *forced = false;
+  return best_isa();
+}
+#endif
 
 using TileFn = void (*)(const TileParams&);
 
@@ -334,14 +345,14 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // ---------------------------------------------------------------------------
 // Work distribution. Items go to the intra-op threads from a shared counter (see
 // parallel_items), so a thread that runs slower (a vCPU sharing its core, a busy
-// neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the slowest
-// thread took 2.5-3x as long as the fastest on equal work on the AMX host
-// (benchmarks/results/da8w4_kernel.md, "AMX path: where the time goes"). For benchmarks only,
-// DA8W4_SCHED=static restores equal ranges and the coarser AMX items of the previous
-// kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
+// neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the
+// slowest thread took several times as long as the fastest on equal work on an AMX host.
 // ---------------------------------------------------------------------------
 constexpr int64_t kAmxItemsPerThread = 8;
 
+#if defined(DA8W4_TUNING)
+// For benchmarks: DA8W4_SCHED=static restores equal ranges and the coarser AMX items of
+// an earlier kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
 struct Schedule {
   bool is_static = false;
   int64_t amx_items_per_thread = kAmxItemsPerThread;
@@ -361,6 +372,15 @@ const Schedule& schedule() {
   }();
   return v;
 }
+#else
+struct Schedule {
+  int64_t amx_items_per_thread = kAmxItemsPerThread;
+};
+
+constexpr Schedule schedule() {
+  return {};
+}
+#endif
 
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
 // returns the thread's next item in [0, n), or -1 when none is left. Items are taken
@@ -368,12 +388,12 @@ const Schedule& schedule() {
 // path), or guided (kGuided: a chunk is 1 / (2 * threads) of what is left, at least
 // one item, so a thread first streams long runs of consecutive items and the last
 // grabs even the threads out). Many small items taken one at a time lost the
-// hardware prefetcher's streams: on 2 threads at M = 1-4, 10-14% slower than equal
-// ranges (benchmarks/README.md, "da8w4 kernel").
+// hardware prefetcher's streams: on 2 threads at M = 1-4, slower than equal ranges.
 enum class Chunks { kOne, kGuided };
 
 template <typename Worker>
 void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
+#if defined(DA8W4_TUNING)
   if (schedule().is_static) {
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       int64_t i = begin;
@@ -381,6 +401,7 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
     });
     return;
   }
+#endif
   std::atomic<int64_t> counter{0};
   const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
@@ -406,14 +427,23 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
 
 #if defined(DA8W4_HAVE_AMX)
 // Rows below which the auto-selected AMX path hands over to the AVX512-VNNI register
-// kernel. DA8W4_AMX_MIN_M overrides it (benchmarks); read once.
+// kernel.
+constexpr int64_t kAmxMinM = 8;
+
+#if defined(DA8W4_TUNING)
+// DA8W4_AMX_MIN_M overrides it (benchmarks); read once.
 int64_t amx_min_m() {
   static const int64_t v = [] {
     const char* env = std::getenv("DA8W4_AMX_MIN_M");
-    return env && env[0] ? std::max<int64_t>(1, std::atoll(env)) : int64_t{8};
+    return env && env[0] ? std::max<int64_t>(1, std::atoll(env)) : kAmxMinM;
   }();
   return v;
 }
+#else
+constexpr int64_t amx_min_m() {
+  return kAmxMinM;
+}
+#endif
 
 // An AMX work item whose zero points do not fit the AMX path (zw < -112): the
 // AVX512-VNNI tile kernel does it instead (same results).
@@ -460,20 +490,21 @@ void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
   }
 }
 
-// Blocking of the AMX path over M and N (benchmarks/README.md, "da8w4 kernel: the cliff at
-// large M x N"), anchored on Inductor's CPU GEMM template (cpp_gemm_template.py, its cache
-// blocking): the A block of an item is kept L2-sized and reused along N, and the threads
-// write the output they first touch in row bands of their own. Two knobs, for benchmarks
-// and tests, read on every call:
-//   DA8W4_AMX_CHUNK_ROWS=0   the previous blocking: every item covers all M rows, items
-//                            ordered by N group (each item re-reads the whole packed A)
-//   DA8W4_AMX_CHUNK_ROWS=R   at most R rows per item (at least one 32-row m tile)
-//   DA8W4_AMX_TOUCH=0        no first touch of the output pages in row bands
+// Blocking of the AMX path over M and N, anchored on Inductor's CPU GEMM template
+// (cpp_gemm_template.py, its cache blocking): the A block of an item is kept L2-sized and
+// reused along N, and the threads write the output they first touch in row bands of their
+// own.
 struct AmxKnobs {
   int64_t chunk_rows = -1;  // -1: by the L2 rule below
   bool touch = true;
 };
 
+#if defined(DA8W4_TUNING)
+// Two knobs, for benchmarks and tests, read on every call:
+//   DA8W4_AMX_CHUNK_ROWS=0   an earlier blocking: every item covers all M rows, items
+//                            ordered by N group (each item re-reads the whole packed A)
+//   DA8W4_AMX_CHUNK_ROWS=R   at most R rows per item (at least one 32-row m tile)
+//   DA8W4_AMX_TOUCH=0        no first touch of the output pages in row bands
 AmxKnobs amx_knobs() {
   AmxKnobs k;
   const char* rows = std::getenv("DA8W4_AMX_CHUNK_ROWS");
@@ -484,6 +515,11 @@ AmxKnobs amx_knobs() {
   k.touch = !(touch && std::strcmp(touch, "0") == 0);
   return k;
 }
+#else
+constexpr AmxKnobs amx_knobs() {
+  return {};
+}
+#endif
 
 // Per-core L2 in bytes (sysconf; 2 MiB, the AMX host's, where the system does not say).
 int64_t l2_bytes() {
@@ -550,8 +586,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
   // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
   // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
-  // next item mostly reuses the chunk it has in L2. (DA8W4_AMX_CHUNK_ROWS=0: N group by N
-  // group, the previous order.)
+  // next item mostly reuses the chunk it has in L2. (chunk_rows 0: N group by N group,
+  // an earlier order.)
   const bool chunk_major = knobs.chunk_rows != 0;
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
   // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
@@ -749,14 +785,16 @@ at::Tensor da8w4_linear_cpu(
 #if defined(DA8W4_HAVE_AMX)
   if (isa == Isa::kAmx) {
     // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
-    // DA8W4_ISA=amx forces AMX for every M). Items whose zero points do not fit the
+    // `forced`: AMX for every M). Items whose zero points do not fit the
     // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
     if (!forced && M < amx_min_m()) {
       isa = Isa::kAvx512Vnni;
     }
   }
   if (isa == Isa::kAmx) {
+#if defined(DA8W4_TUNING)
     g_last_isa.store(static_cast<int>(isa));
+#endif
     run_amx(a_ptr, K, M, symmetric ? nullptr : za.data_ptr<int32_t>(), sa.data_ptr<float>(),
             w.data_ptr<uint8_t>(), sw.data_ptr<float>(), zw.data_ptr<int8_t>(),
             symmetric ? nullptr : comp.data_ptr<int32_t>(), b.defined() ? b.data_ptr<float>() : nullptr,
@@ -765,7 +803,9 @@ at::Tensor da8w4_linear_cpu(
   }
 #endif
   const TileFn fn = tile_fn(isa);
+#if defined(DA8W4_TUNING)
   g_last_isa.store(static_cast<int>(isa));
+#endif
 
   // Per-row, per-k-block sums of the activation bytes (as unsigned or signed values).
   std::vector<int32_t> rowsum(M * Kc);
@@ -839,6 +879,7 @@ at::Tensor da8w4_linear_cpu(
 }  // namespace
 }  // namespace da8w4
 
+#if defined(DA8W4_TUNING)
 // For tests and benchmarks (ctypes): which tile kernel the last call used / the best.
 extern "C" __attribute__((visibility("default"))) const char* da8w4_linear_cpu_last_isa() {
   const int v = da8w4::g_last_isa.load();
@@ -848,6 +889,7 @@ extern "C" __attribute__((visibility("default"))) const char* da8w4_linear_cpu_l
 extern "C" __attribute__((visibility("default"))) const char* da8w4_linear_cpu_best_isa() {
   return da8w4::isa_name(da8w4::best_isa());
 }
+#endif
 
 TORCH_LIBRARY_IMPL(torchao, CPU, m) {
   m.impl("da8w4_linear_prepack_cpu", &da8w4::da8w4_linear_prepack_cpu);

@@ -6,7 +6,7 @@
 // and execute AVX-512 instructions on a CPU without them (ODR). All torch work
 // (argument checks, threading, output casts) lives in da8w4_linear_cpu.cpp.
 //
-// Packed weight layout (the non-AMX layout of this library; see csrc/README.md)
+// Packed weight layout (what prepack writes; the AMX path unpacks it per work item)
 // ---------------------------------------------------------------------------
 // weight: uint8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0.
 // Inside one (nb, c) tile of BK * 16 bytes, for k in [0, BK) and j in [0, 16):
@@ -23,10 +23,9 @@
 #pragma once
 
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
-// in the spec's order, so that all of them give the same bits. Our build passes
-// -ffp-contract=off; these pragmas say the same in the source, for the functions
-// defined after this header, so that a build with other flags (a compiler's default
-// -ffp-contract=fast with FMA enabled, as in torchao's) cannot fuse them into FMAs.
+// in the spec's order, so that all of them give the same bits. These pragmas forbid
+// FMA contraction for the functions defined after them, so that a build with a
+// compiler's default -ffp-contract=fast and FMA enabled (as torchao's) cannot fuse them.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -66,8 +65,8 @@ struct TileParams {
 //   P_c   = sum_{k in c} (a[m,k] - za[m]) * (w[j,k] - zw[j,g(c)])      exact int32
 //   acc   = bias[j] (or 0);  for c in order: acc += (float(P_c) * sa[m]) * sw[j,g(c)]
 // and stores acc (fp32) to out. All paths give bit-identical results: the int32 part
-// is exact and the fp32 part is the same sequence of IEEE operations (these TUs are
-// built with -ffp-contract=off so nothing is fused into an FMA).
+// is exact and the fp32 part is the same sequence of IEEE operations (nothing is fused
+// into an FMA: see the pragmas above).
 void tile_scalar(const TileParams& p);
 #if defined(DA8W4_HAVE_AVX2)
 void tile_avx2(const TileParams& p);
@@ -77,7 +76,7 @@ void tile_avx512vnni(const TileParams& p);
 #endif
 
 // AMX (int8 TMUL) path: a whole work item, `nblk` consecutive N blocks times `M`
-// rows, written straight to the output (kernel_amx.cpp). The weight is unpacked to
+// rows, written straight to the output. The weight is unpacked to
 // int8 (w - zw) in the VNNI layout of the B tiles, so every zw must satisfy
 // -112 <= zw <= 127 (w - zw fits int8; the caller checks). Same math and fp32 order
 // as the tile kernels, so the results are bit-identical to theirs.

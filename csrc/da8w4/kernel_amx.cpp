@@ -320,9 +320,8 @@ struct Pending {
 // so float(C), float(za) and float(comp) are exact, and the FMA rounds the exact
 // C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does. One
 // vector operation fewer per 16 results than the int32 route (a multiply, a subtract
-// and the conversion), in an epilogue that is bound by its vector operations
-// (benchmarks/results/da8w4_kernel.md, "AMX path: where the time goes"). Otherwise P is taken in
-// int32 and converted, as in the other paths.
+// and the conversion), in an epilogue that is bound by its vector operations. Otherwise
+// P is taken in int32 and converted, as in the other paths.
 template <bool kSym, bool kFloatZp>
 inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float* sa, int64_t ldacc) {
   const __m512 sw_lo = _mm512_loadu_ps(b.sw);

@@ -333,3 +333,62 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
                            text=True, timeout=300, check=False, env=env)
         assert (r.returncode == 0) == ok, (state, r.stdout[-3000:] + r.stderr[-3000:])
         assert ("Ran 1 test" in r.stderr), r.stderr[-3000:]
+
+
+FILE_PR = '''
+[[patch.upstream.file-pr]]
+name = "gamma-kernel"
+title = "Gamma's kernel, rewritten"
+path = "fakeao/csrc/gamma_kernel.cpp"
+source = "upstream-prs/gamma_kernel.cpp"
+package = "fakeao"
+version = "1.0"
+headline = "alpha: fused vs stock"
+test-plan = ["python test/test_kernel.py"]
+summary = """
+The kernel, whole.
+"""
+'''
+
+
+def _with_file_pr(fp):
+    (fp.root / "upstream-prs/gamma_kernel.cpp").write_text("// the new kernel\nint gamma() { return 1; }\n")
+    fp.set_toml(fp.toml() + FILE_PR)
+    generate_fake(fp)
+    return fp
+
+
+def test_export_pr_writes_a_file_pr(fake_generated, tmp_path, monkeypatch):
+    """A file PR: the generated file at its path in the package's tree, and a PR.md that depends on no other PR,
+    says the file is replaced whole, and measures with the headline section (its Command line left out)."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    d = out / "gamma-kernel"
+    assert (d / "files/fakeao/csrc/gamma_kernel.cpp").read_text() == (fp.root / "upstream-prs/gamma_kernel.cpp").read_text()
+    assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
+        "PR.md", "files/fakeao/csrc/gamma_kernel.cpp"]
+    pr = (d / "PR.md").read_text()
+    assert pr.startswith("# Gamma's kernel, rewritten\n\n## Summary\n\nThe kernel, whole.\n")
+    assert "Depends on" not in pr
+    assert "- `fakeao/csrc/gamma_kernel.cpp`: replaces fakeao 1.0's file whole" in pr
+    assert "## Test Plan\n\n```\npython test/test_kernel.py\n```" in pr
+    assert "| x | 10 | 8 |" in pr and "Command:" not in pr
+    # the other PRs are unchanged by it
+    assert (out / "gamma-registry-client/PR.md").is_file() and (out / "inductor-gamma/PR.md").is_file()
+
+
+def test_file_pr_source_missing_or_table_wrong(fake_generated, tmp_path, monkeypatch):
+    _installed_package(tmp_path, monkeypatch)
+    fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
+    (fp.root / "upstream-prs/gamma_kernel.cpp").unlink()
+    with pytest.raises(PatchsetError, match="gamma_kernel.cpp: missing"):
+        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    assert not (tmp_path / "out").exists()  # nothing written
+    fp.set_toml(fp.toml().replace('headline = "alpha: fused vs stock"\ntest-plan = ["python test/test_kernel.py"]',
+                                  'test-plan = ["python test/test_kernel.py"]'))
+    with pytest.raises(PatchsetError, match=r"\[\[patch.upstream.file-pr\]\] lacks headline"):
+        fp.sources.load()
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\nheadline = "x"\nbogus = 1\n'))
+    with pytest.raises(PatchsetError, match=r"file-pr\]\] has unknown keys \['bogus'\]"):
+        fp.sources.load()

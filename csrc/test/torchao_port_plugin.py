@@ -1,0 +1,108 @@
+"""pytest plugin: torchao's own da8w4 tests, unchanged, against the kernel PR's file.
+
+The kernel PR to torchao replaces ``torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp`` whole
+with ``upstream-prs/pytorch-ao/da8w4_linear.cpp`` (rendered from ``csrc/da8w4/`` by
+``tools/torchao_kernel.py``). Loaded as a plugin (``-p torchao_port_plugin``, with csrc/test on
+``PYTHONPATH``), this module builds that file as torchao 0.18.0's ``setup.py`` builds its CPU
+kernels (``torchao_cpu_flags``), loads it after
+``import torchao`` has defined the ops' schemas, and so registers it before pytest imports
+torchao's test file::
+
+    PYTHONPATH=csrc/test python -m pytest -p torchao_port_plugin \\
+        "$(python csrc/test/torchao_kernel_plugin.py)"
+
+Our own library (csrc/CMakeLists.txt) is not loaded: the tests exercise the port alone.
+``TORCHAO_PORT_BUILD_DIR`` names the build directory (default: a temporary one), and
+``TORCHAO_PORT_ISA_FLAGS=0`` builds it without torchao's ISA flags.
+"""
+
+import os
+import pathlib
+import tempfile
+
+import torch
+import torch.utils.cpp_extension
+
+
+PORT = (
+    pathlib.Path(__file__).resolve().parents[2]
+    / "upstream-prs"
+    / "pytorch-ao"
+    / "da8w4_linear.cpp"
+)
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                (
+                    set(line.split(":", 1)[1].split())
+                    for line in f
+                    if line.startswith("flags")
+                ),
+                set(),
+            )
+    except OSError:
+        return set()
+
+
+def torchao_cpu_flags() -> list[str]:
+    """The C++ flags torchao 0.18.0's setup.py gives ``torchao/csrc/cpu/aten_kernels/*.cpp`` on
+    Linux (``USE_CPU_KERNELS=1``) on a machine with AVX-512 (and VNNI), besides
+    ``-DPy_LIMITED_API`` (no Python API is used here). ``TORCHAO_PORT_ISA_FLAGS=0`` leaves the
+    ISA flags out (a build machine without AVX-512): the port's ISA paths do not need them."""
+    flags = ["-O3", "-fdiagnostics-color=always"]
+    if os.environ.get("TORCHAO_PORT_ISA_FLAGS") == "0":
+        return flags
+    have = cpu_flags()
+    if "avx512f" in have:
+        flags += ["-DCPU_CAPABILITY_AVX512", "-march=native", "-mfma", "-fopenmp"]
+        if "avx512_vnni" in have:
+            flags += ["-DCPU_CAPABILITY_AVX512_VNNI"]
+    return flags
+
+
+def define_schemas() -> None:
+    """The ops' schemas, which the port implements: torchao's ops.py defines them, or, without
+    torchao, our loader's copy of them (csrc/da8w4_linear_cpu.py; nothing of ours is loaded)."""
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        from _da8w4_loader import import_loader
+
+        loader = import_loader()
+        lib = torch.library.Library("torchao", "FRAGMENT")
+        lib.define(loader.PREPACK_SCHEMA)
+        lib.define(loader.LINEAR_SCHEMA)
+        define_schemas.lib = lib  # kept alive with the process
+
+
+def build_and_load() -> str:
+    """Build the port as a shared library and load it; its path."""
+    define_schemas()
+
+    build = os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(
+        prefix="torchao-port-"
+    )
+    os.makedirs(build, exist_ok=True)
+    flags = torchao_cpu_flags()
+    torch.utils.cpp_extension.load(
+        name="torchao_da8w4_port",
+        sources=[str(PORT)],
+        extra_cflags=flags,
+        extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
+        build_directory=build,
+        is_python_module=False,
+        verbose=False,
+    )
+    return os.path.join(build, "torchao_da8w4_port.so")
+
+
+def pytest_configure(config):
+    if not PORT.is_file():
+        raise RuntimeError(f"{PORT}: missing; run `python -m tools generate`")
+    path = build_and_load()
+    print(
+        f"torchao_port_plugin: {PORT.name} built with {' '.join(torchao_cpu_flags())}: {path}"
+    )

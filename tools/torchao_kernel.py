@@ -1,0 +1,285 @@
+"""Our da8w4 CPU kernel (``csrc/da8w4/``) as the one file torchao 0.18.0 builds it from.
+
+torchao 0.18.0 implements ``torchao::da8w4_linear_prepack_cpu`` and ``torchao::da8w4_linear_cpu`` in one file,
+``torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp``, which its ``setup.py`` compiles into ``torchao._C`` with every
+other kernel, on Linux with ``USE_CPU_KERNELS=1``: ``-O3``, and where the build machine has AVX-512
+``-DCPU_CAPABILITY_AVX512 -march=native -mfma -fopenmp`` (``-DCPU_CAPABILITY_AVX512_VNNI`` with VNNI). Our kernel is
+several translation units, each ISA path compiled with its own ``-m`` flags and chosen at run time. ``render`` joins
+them into that one file, which the kernel PR to torchao replaces whole:
+
+- each ISA path is compiled for its ISA by a target pragma around it (GCC's ``push_options``/``target``, clang's
+  ``attribute push``) instead of by its file's flags, so the AVX512-VNNI and AMX paths exist whatever ``-march``
+  the build machine gets, and the run-time checks pick one as in our build. The AVX2 path stays ours: torchao builds
+  its CPU kernels with no ISA flags where AVX-512 is missing;
+- the build's own switches are resolved as that file is built: no ``DA8W4_TUNING`` (the environment overrides and
+  the "which ISA ran" query our tests and benchmarks use), no ``DA8W4_AMX_EMULATE`` (tile instructions emulated for
+  tests), no AVX2 path;
+- every ``#include <...>`` moves to the top, ahead of the FP-contraction pragma; ``#include "kernel.h"`` and
+  ``#pragma once`` go, as do each file's opening comment (about its place in our build), except the packed-layout
+  part of ``kernel.h``'s.
+
+The result is ``upstream-prs/pytorch-ao/da8w4_linear.cpp``: ``python -m tools generate`` writes it and ``python -m
+tools check`` fails where it differs from ``render()``. ``csrc/test/torchao_port_plugin.py`` builds it with
+torchao's flags and runs torchao's own da8w4 tests against it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tools.common import PatchsetError
+
+PORT = Path("upstream-prs/pytorch-ao/da8w4_linear.cpp")
+TORCHAO_PATH = "torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp"
+# In this order: the interface, the ISA paths, then the operators that call them.
+KERNEL_H = "kernel.h"
+LAYOUT_COMMENT = "// Packed weight layout"
+SECTIONS = (
+    (KERNEL_H, None),
+    ("kernel_scalar.cpp", None),
+    ("kernel_avx512vnni.cpp", ("DA8W4_HAVE_AVX512VNNI", "avx512f,avx512bw,avx512vl,avx512vnni")),
+    ("kernel_amx.cpp", ("DA8W4_HAVE_AMX", "avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")),
+    ("da8w4_linear_cpu.cpp", None),
+)
+# Switches of our build that the port resolves as undefined.
+UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2")
+
+HEADER = """\
+// Copyright (c) Meta Platforms, Inc. and affiliates.
+// All rights reserved.
+//
+// This source code is licensed under the BSD 3-Clause license found in the
+// LICENSE file in the root directory of this source tree.
+
+// CPU kernels for torchao::da8w4_linear_prepack_cpu and torchao::da8w4_linear_cpu:
+// int8 dynamic activations times int4 weights (group-wise scales and zero points).
+// Three paths, the best the CPU runs picked at run time: AMX int8 (TMUL tiles, from 8
+// rows), AVX512-VNNI register tiles (fewer rows, and a CPU without AMX), and a portable
+// scalar loop. Each path is compiled for its ISA by a target pragma, whatever -march the
+// build gets, and every one gives the same bits: the int32 dot products are exact and the
+// fp32 epilogue is the same sequence of IEEE operations (no FMA contraction).
+"""
+
+ISA_MACROS = """\
+// The AVX512-VNNI and AMX paths: x86-64 with a compiler that has their intrinsics (AMX:
+// GCC 11, clang 13); AMX also needs Linux, which grants a process the tile state.
+#if defined(__x86_64__) && \\
+    ((defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define DA8W4_HAVE_AVX512VNNI 1
+#if defined(__linux__)
+#define DA8W4_HAVE_AMX 1
+#endif
+#endif
+"""
+
+_IF = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)")
+_INCLUDE = re.compile(r"\s*#\s*include\s*([<\"])(.*)[>\"]")
+
+
+def _resolved(kind: str, cond: str, where: str) -> bool | None:
+    """The value of an ``#if``/``#ifdef``/``#ifndef`` on one of ``UNDEFINED`` (None: not one of ours)."""
+    cond = cond.split("//")[0].strip()
+    names = [n for n in UNDEFINED if re.search(rf"\b{n}\b", cond)]
+    if not names:
+        return None
+    if kind in ("ifdef", "ifndef") and cond == names[0]:
+        return kind == "ifndef"
+    m = re.fullmatch(r"(!?)\s*defined\s*\(?\s*(\w+)\s*\)?", cond)
+    if kind == "if" and m and m.group(2) in UNDEFINED:
+        return bool(m.group(1))
+    raise PatchsetError(where, f"#{kind} {cond}: only a plain defined(X) or !defined(X) on {', '.join(UNDEFINED)} "
+                               "can be resolved for the torchao port")
+
+
+def unifdef(lines: list[str], where: str) -> list[str]:
+    """``lines`` with every conditional on ``UNDEFINED`` resolved (that macro undefined): the lines of the branch
+    taken stay, the directives and the other branch go. Other conditionals stay as they are."""
+    out: list[str] = []
+    stack: list[tuple[bool, bool]] = []  # (ours, this branch is taken); for other conditionals (False, True)
+    for i, line in enumerate(lines, 1):
+        m = _IF.match(line)
+        live = all(taken for _, taken in stack)
+        if m:
+            kind, cond = m.group(1), m.group(2)
+            if kind in ("if", "ifdef", "ifndef"):
+                value = _resolved(kind, cond, f"{where}:{i}")
+                if value is not None:
+                    stack.append((True, value))
+                    continue
+                stack.append((False, True))
+            elif not stack:
+                raise PatchsetError(f"{where}:{i}", f"#{kind} without #if")
+            elif stack[-1][0]:
+                if kind == "elif":
+                    raise PatchsetError(f"{where}:{i}", "#elif after a conditional on a switch the port resolves")
+                if kind == "else":
+                    stack[-1] = (True, not stack[-1][1])
+                else:
+                    stack.pop()
+                continue
+            elif kind == "endif":
+                stack.pop()
+            if live:
+                out.append(line)
+            continue
+        if live:
+            out.append(line)
+    if stack:
+        raise PatchsetError(where, "an #if is not closed")
+    return out
+
+
+def _split(text: str, name: str) -> tuple[list[str], list[str]]:
+    """A source file as (its ``#include <...>`` lines, conditional ones in their ``#if`` block; the rest), its
+    opening comment dropped (``kernel.h``: the first paragraph only), ``#pragma once`` and local includes too."""
+    lines = text.splitlines()
+    i = 0
+    comment: list[str] = []
+    while i < len(lines) and lines[i].startswith("//"):
+        comment.append(lines[i])
+        i += 1
+    kept: list[str] = []
+    if name == KERNEL_H:
+        starts = [k for k, line in enumerate(comment) if line.startswith(LAYOUT_COMMENT)]
+        if not starts:
+            raise PatchsetError(name, f"no {LAYOUT_COMMENT!r} paragraph in its opening comment")
+        kept = comment[starts[0]:]
+    includes: list[str] = []
+    body: list[str] = list(kept)
+    rest = lines[i:]
+    j = 0
+    while j < len(rest):
+        line = rest[j]
+        inc = _INCLUDE.match(line)
+        if line.strip() == "#pragma once" or (inc and inc.group(1) == '"'):
+            j += 1
+            continue
+        if inc:
+            includes.append(line)
+            j += 1
+            continue
+        block = _include_block(rest, j)
+        if block:
+            includes += block
+            j += len(block)
+            continue
+        body.append(line)
+        j += 1
+    return includes, body
+
+
+def _include_block(lines: list[str], j: int) -> list[str]:
+    """The ``#if ... #endif`` block at ``j`` when it holds only includes, else []."""
+    m = _IF.match(lines[j])
+    if not m or m.group(1) not in ("if", "ifdef", "ifndef"):
+        return []
+    k = j + 1
+    while k < len(lines) and _INCLUDE.match(lines[k]):
+        k += 1
+    if k == j + 1 or k >= len(lines) or not (_IF.match(lines[k]) and _IF.match(lines[k]).group(1) == "endif"):
+        return []
+    return lines[j:k + 1]
+
+
+def _target(isa: str, body: list[str], macro: str) -> list[str]:
+    return [
+        f"#if defined({macro})",
+        "#if defined(__clang__)",
+        f'#pragma clang attribute push(__attribute__((target("{isa}"))), apply_to = function)',
+        "#else",
+        "#pragma GCC push_options",
+        f'#pragma GCC target("{isa}")',
+        "#endif",
+        "",
+        *body,
+        "",
+        "#if defined(__clang__)",
+        "#pragma clang attribute pop",
+        "#else",
+        "#pragma GCC pop_options",
+        "#endif",
+        f"#endif  // defined({macro})",
+    ]
+
+
+def _strip_blank_edges(lines: list[str]) -> list[str]:
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def render(csrc: Path) -> str:
+    """The port of ``csrc/da8w4/`` (see the module docstring)."""
+    includes: list[str] = []
+    sections: list[list[str]] = []
+    for name, isa in SECTIONS:
+        path = csrc / "da8w4" / name
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise PatchsetError(path, f"cannot read the kernel source: {e}") from e
+        incs, body = _split(text, name)
+        body = _strip_blank_edges(unifdef(body, str(path)))
+        includes += unifdef(incs, str(path))
+        if isa is not None:
+            body = _target(isa[1], body, isa[0])
+        sections.append(body)
+    out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), ""]
+    for body in sections:
+        out += [*body, ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _order_includes(lines: list[str]) -> list[str]:
+    """Each include once: torch's headers, then the standard library's, then the intrinsics (x86-64 only: the
+    ISA paths' guard), then the blocks that were conditional in their file, as they were."""
+    plain: list[str] = []
+    blocks: list[str] = []
+    depth = 0
+    for line in lines:
+        m = _IF.match(line)
+        if m:
+            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
+            blocks.append(line)
+        elif depth:
+            blocks.append(line)
+        elif line not in plain:
+            plain.append(line)
+    intrinsics = [x for x in plain if _INCLUDE.match(x).group(2) == "immintrin.h"]
+    torch_ = [x for x in plain if "/" in _INCLUDE.match(x).group(2)]
+    std = sorted(x for x in plain if x not in intrinsics and x not in torch_)
+    guarded = ["#if defined(DA8W4_HAVE_AVX512VNNI)", *intrinsics, "#endif"] if intrinsics else []
+    return [*torch_, *std, *guarded, *blocks]
+
+
+def has_kernel(root: Path) -> bool:
+    """Whether ``root`` holds the kernel's sources (a copy of the patch sources alone, as in tools/tests, does not)."""
+    return (root / "csrc" / "da8w4").is_dir()
+
+
+def port_problems(root: Path) -> list[tuple[str, str]]:
+    """(where, why) when the committed port differs from ``render``; [] when in sync or without the kernel."""
+    if not has_kernel(root):
+        return []
+    port = root / PORT
+    want = render(root / "csrc")
+    if not port.is_file():
+        return [(str(port), "missing; run `python -m tools generate`")]
+    if port.read_text() != want:
+        return [(str(port), "differs from what tools/torchao_kernel.py renders from csrc/da8w4/; run "
+                            "`python -m tools generate`")]
+    return []
+
+
+def write_port(root: Path) -> bool:
+    """Write the port; whether it changed."""
+    port = root / PORT
+    want = render(root / "csrc")
+    if port.is_file() and port.read_text() == want:
+        return False
+    port.parent.mkdir(parents=True, exist_ok=True)
+    port.write_text(want)
+    return True
