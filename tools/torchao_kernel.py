@@ -42,6 +42,7 @@ SECTIONS = (
     ("kernel_amx.cpp", ("DA8W4_HAVE_AMX", "avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")),
     ("da8w4_linear_cpu.cpp", None),
 )
+REGISTRATION = "TORCH_LIBRARY_IMPL(torchao, CPU"
 # Switches of our build that the port resolves as undefined.
 UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2")
 
@@ -131,8 +132,9 @@ def unifdef(lines: list[str], where: str) -> list[str]:
 
 
 def _split(text: str, name: str) -> tuple[list[str], list[str]]:
-    """A source file as (its ``#include <...>`` lines, conditional ones in their ``#if`` block; the rest), its
-    opening comment dropped (``kernel.h``: the first paragraph only), ``#pragma once`` and local includes too."""
+    """A source file as (its ``#include <...>`` lines, a block of them that was conditional kept in its ``#if``; the
+    rest), its opening comment dropped (``kernel.h``: all but the packed-layout part), ``#pragma once`` and local
+    includes too. An include inside a conditional that also holds code cannot be hoisted alone: an error."""
     lines = text.splitlines()
     i = 0
     comment: list[str] = []
@@ -148,38 +150,51 @@ def _split(text: str, name: str) -> tuple[list[str], list[str]]:
     includes: list[str] = []
     body: list[str] = list(kept)
     rest = lines[i:]
-    j = 0
+    j = depth = 0
     while j < len(rest):
         line = rest[j]
         inc = _INCLUDE.match(line)
         if line.strip() == "#pragma once" or (inc and inc.group(1) == '"'):
             j += 1
             continue
+        if inc and depth:
+            raise PatchsetError(f"{name}:{i + j + 1}", f"{line.strip()} inside a conditional that holds code too: "
+                                                       "only an include outside any #if, or an #if block of "
+                                                       "includes alone, can move to the port's top")
         if inc:
             includes.append(line)
             j += 1
             continue
-        block = _include_block(rest, j)
+        block = _include_block(rest, j) if depth == 0 else []
         if block:
             includes += block
             j += len(block)
             continue
+        m = _IF.match(line)
+        if m:
+            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
         body.append(line)
         j += 1
     return includes, body
 
 
 def _include_block(lines: list[str], j: int) -> list[str]:
-    """The ``#if ... #endif`` block at ``j`` when it holds only includes, else []."""
+    """The ``#if ... #endif`` block at ``j`` (nested ones inside it too) when it holds only includes and
+    conditionals, else []."""
     m = _IF.match(lines[j])
     if not m or m.group(1) not in ("if", "ifdef", "ifndef"):
         return []
-    k = j + 1
-    while k < len(lines) and _INCLUDE.match(lines[k]):
-        k += 1
-    if k == j + 1 or k >= len(lines) or not (_IF.match(lines[k]) and _IF.match(lines[k]).group(1) == "endif"):
-        return []
-    return lines[j:k + 1]
+    depth = 0
+    for k in range(j, len(lines)):
+        m = _IF.match(lines[k])
+        if m:
+            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
+            if depth == 0:
+                block = lines[j:k + 1]
+                return block if any(_INCLUDE.match(x) for x in block) else []
+        elif not _INCLUDE.match(lines[k]):
+            return []
+    return []
 
 
 def _target(isa: str, body: list[str], macro: str) -> list[str]:
@@ -227,10 +242,19 @@ def render(csrc: Path) -> str:
         if isa is not None:
             body = _target(isa[1], body, isa[0])
         sections.append(body)
-    out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), ""]
+    code: list[str] = []
     for body in sections:
-        out += [*body, ""]
-    return "\n".join(out).rstrip("\n") + "\n"
+        code += [*body, ""]
+    registrations = [k for k, line in enumerate(code) if line.startswith(REGISTRATION)]
+    if len(registrations) != 1:
+        raise PatchsetError(csrc / "da8w4", f"expected one {REGISTRATION}...) block, found {len(registrations)}")
+    # everything but the registration in an anonymous namespace: nothing the file defines is visible to (or
+    # interposable by) the other files of torchao._C
+    r = registrations[0]
+    code = ["namespace {", "", *code[:r], "}  // namespace", "", *code[r:]]
+    out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), "", *code]
+    text = "\n".join(out).rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def _order_includes(lines: list[str]) -> list[str]:
@@ -248,8 +272,8 @@ def _order_includes(lines: list[str]) -> list[str]:
             blocks.append(line)
         elif line not in plain:
             plain.append(line)
-    intrinsics = [x for x in plain if _INCLUDE.match(x).group(2) == "immintrin.h"]
-    torch_ = [x for x in plain if "/" in _INCLUDE.match(x).group(2)]
+    intrinsics = [x for x in plain if _INCLUDE.match(x).group(2).endswith("intrin.h")]
+    torch_ = [x for x in plain if _INCLUDE.match(x).group(2).split("/")[0] in ("ATen", "c10", "torch")]
     std = sorted(x for x in plain if x not in intrinsics and x not in torch_)
     guarded = ["#if defined(DA8W4_HAVE_AVX512VNNI)", *intrinsics, "#endif"] if intrinsics else []
     return [*torch_, *std, *guarded, *blocks]

@@ -36,12 +36,9 @@ namespace {
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
 
 // Error messages format numbers and shapes with snprintf, never through
-// std::ostream.  In torch's CUDA wheels several shared objects (libtorch*.so,
-// libcufile.so) export their own copies of libstdc++ symbols, and an
-// extension's ostream integer formatting bound across those copies crashes the
-// process (SIGSEGV) instead of raising: seen on an AMX host with a CUDA build of
-// torch 2.11, gone with the system libstdc++ preloaded.  Strings and dtype names
-// stream safely.
+// std::ostream: in torch's CUDA wheels several shared objects export their own
+// copies of libstdc++ symbols, and an extension's ostream integer formatting bound
+// across those copies was seen to crash the process instead of raising.
 std::string num(int64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
@@ -521,7 +518,7 @@ constexpr AmxKnobs amx_knobs() {
 }
 #endif
 
-// Per-core L2 in bytes (sysconf; 2 MiB, the AMX host's, where the system does not say).
+// Per-core L2 in bytes (sysconf; 2 MiB, Sapphire Rapids', where the system does not say).
 int64_t l2_bytes() {
   static const int64_t v = [] {
     const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -586,15 +583,14 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
   // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
   // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
-  // next item mostly reuses the chunk it has in L2. (chunk_rows 0: N group by N group,
-  // an earlier order.)
+  // next item mostly reuses the chunk it has in L2 (chunk_rows 0: N group by N group).
   const bool chunk_major = knobs.chunk_rows != 0;
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
   // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
   // pass touches the output rows of each m tile (touch_pages): an output of 32 MiB or more
   // is a fresh mmap on every call (glibc's largest mmap threshold), and in the GEMM the
   // threads write neighbouring column strips of the same rows, so that without this all of
-  // them fault on the same page at once, page after page (the cliff).
+  // them fault on the same page at once, page after page.
   at::Tensor a_packed;
   const int64_t esize = y.element_size();
   char* out = static_cast<char*>(y.data_ptr());
@@ -785,7 +781,7 @@ at::Tensor da8w4_linear_cpu(
 #if defined(DA8W4_HAVE_AMX)
   if (isa == Isa::kAmx) {
     // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
-    // `forced`: AMX for every M). Items whose zero points do not fit the
+    // a forced path: AMX for every M). Items whose zero points do not fit the
     // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
     if (!forced && M < amx_min_m()) {
       isa = Isa::kAvx512Vnni;

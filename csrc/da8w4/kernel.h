@@ -25,7 +25,8 @@
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
 // in the spec's order, so that all of them give the same bits. These pragmas forbid
 // FMA contraction for the functions defined after them, so that a build with a
-// compiler's default -ffp-contract=fast and FMA enabled (as torchao's) cannot fuse them.
+// compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
+// honours the pragma unless -ffp-contract=fast is given explicitly).
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)

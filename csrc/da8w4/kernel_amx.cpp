@@ -500,6 +500,19 @@ bool gemm_impl(const AmxParams& p) {
   return true;
 }
 
+#undef TILE_ZERO
+#undef TILE_LOAD
+#undef TILE_STORE
+#undef TILE_DP
+#undef kC0
+#undef kC1
+#undef kC2
+#undef kC3
+#undef kA0
+#undef kA1
+#undef kB0
+#undef kB1
+
 }  // namespace
 
 bool gemm_amx(const AmxParams& p) {

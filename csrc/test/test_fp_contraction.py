@@ -8,7 +8,8 @@ kernel.h forbids contraction in the source. Each ISA translation unit (they incl
 no torch header) is compiled to assembly with its own ISA flags twice, with
 -ffp-contract=off and with -ffp-contract=fast, and must hold the same number of FMA
 instructions: only those its source asks for (the AMX epilogue's exact
-fnmadd). Without kernel.h's pragmas GCC fuses more, in every file.
+fnmadd). Without kernel.h's pragmas GCC fuses more, in every file. The same holds for
+the kernel PR's file, all of it in one translation unit.
 """
 
 import os
@@ -32,6 +33,9 @@ UNITS = {
     "kernel_amx.cpp": [*AVX512, "-mamx-tile", "-mamx-int8"],
 }
 FMA = re.compile(r"^\s*vfn?m(add|sub)", re.MULTILINE)
+# The kernel PR's file (tools/torchao_kernel.py): one translation unit with torch's headers, its
+# ISA sections under target pragmas, built with -mfma by torchao's setup.py.
+PORT = Path(__file__).resolve().parents[2] / "upstream-prs" / "pytorch-ao" / "da8w4_linear.cpp"
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
 
@@ -41,6 +45,19 @@ def fmas(unit: str, contract: str) -> int:
         out = os.path.join(tmp, "unit.s")
         cmd = [CXX, "-std=c++17", "-O3", f"-ffp-contract={contract}", *UNITS[unit]]
         cmd += ["-w", "-S", "-o", out, str(SRC / unit)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        return len(FMA.findall(Path(out).read_text()))
+
+
+def port_fmas(contract: str) -> int:
+    """FMA instructions in the port compiled at -O3 -mavx2 -mfma -ffp-contract=``contract``."""
+    from torch.utils.cpp_extension import include_paths
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "port.s")
+        cmd = [CXX, "-std=c++17", "-O3", "-mavx2", "-mfma", f"-ffp-contract={contract}", "-fopenmp"]
+        cmd += [f"-isystem{d}" for d in include_paths()]
+        cmd += ["-w", "-S", "-o", out, str(PORT)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         return len(FMA.findall(Path(out).read_text()))
 
@@ -57,6 +74,16 @@ class TestFpContraction(TestCase):
                 except subprocess.CalledProcessError as e:
                     self.skipTest(f"{CXX} cannot compile {unit}: {e.stderr[-300:]}")
                 self.assertEqual(fmas(unit, "fast"), off)
+
+    def test_no_contraction_in_the_port(self):
+        # the pragmas of kernel.h come before every section, and each section's
+        # push_options/pop_options keeps them: only the AMX epilogue's fnmadds are left
+        try:
+            off = port_fmas("off")
+        except subprocess.CalledProcessError as e:
+            self.skipTest(f"{CXX} cannot compile the port: {e.stderr[-300:]}")
+        self.assertGreater(off, 0)
+        self.assertEqual(port_fmas("fast"), off)
 
 
 if __name__ == "__main__":

@@ -78,18 +78,16 @@ def define_schemas() -> None:
         define_schemas.lib = lib  # kept alive with the process
 
 
-def build_and_load() -> str:
-    """Build the port as a shared library and load it; its path."""
+def build_and_load(build: str | None = None, source: str | None = None) -> str:
+    """Build the port (or ``source``, a variant of it) as a shared library in ``build`` and
+    load it; its path."""
     define_schemas()
-
-    build = os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(
-        prefix="torchao-port-"
-    )
+    build = build or os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(prefix="torchao-port-")
     os.makedirs(build, exist_ok=True)
     flags = torchao_cpu_flags()
     torch.utils.cpp_extension.load(
         name="torchao_da8w4_port",
-        sources=[str(PORT)],
+        sources=[source or str(PORT)],
         extra_cflags=flags,
         extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
         build_directory=build,

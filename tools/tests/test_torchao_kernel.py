@@ -163,3 +163,23 @@ def test_a_missing_layout_comment_is_an_error(tmp_path):
     h.write_text(h.read_text().replace("// Packed weight layout", "// Packed layout"))
     with pytest.raises(PatchsetError, match="Packed weight layout"):
         tk.render(root)
+
+
+def test_includes_move_only_where_they_can(tmp_path):
+    """An include outside any #if, or a block of includes alone (nested too), moves to the top; one inside a
+    conditional that also holds code is an error, not a silent unguarded include."""
+    incs, body = tk._split("\n".join([
+        "// a file", "#include <vector>", '#include "kernel.h"',
+        "#if defined(A)", "#if defined(B)", "#include <cpuid.h>", "#endif", "#endif",
+        "int f();", "#include <x86intrin.h>",
+    ]), "f.cpp")
+    assert incs == ["#include <vector>", "#if defined(A)", "#if defined(B)", "#include <cpuid.h>", "#endif",
+                    "#endif", "#include <x86intrin.h>"]
+    assert body == ["int f();"]
+    assert tk._order_includes(incs)[-5:] == ["#if defined(A)", "#if defined(B)", "#include <cpuid.h>", "#endif",
+                                               "#endif"]
+    ordered = tk._order_includes(incs)
+    k = ordered.index("#include <x86intrin.h>")  # an intrinsics header: only where the ISA sections are
+    assert ordered[k - 1:k + 2] == ["#if defined(DA8W4_HAVE_AVX512VNNI)", "#include <x86intrin.h>", "#endif"]
+    with pytest.raises(PatchsetError, match="inside a conditional that holds code too"):
+        tk._split("\n".join(["#if defined(__linux__)", "int g();", "#include <sys/syscall.h>", "#endif"]), "g.cpp")

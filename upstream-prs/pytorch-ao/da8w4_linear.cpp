@@ -46,6 +46,8 @@
 #include <unistd.h>
 #endif
 
+namespace {
+
 // Packed weight layout (what prepack writes; the AMX path unpacks it per work item)
 // ---------------------------------------------------------------------------
 // weight: uint8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0.
@@ -64,13 +66,13 @@
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
 // in the spec's order, so that all of them give the same bits. These pragmas forbid
 // FMA contraction for the functions defined after them, so that a build with a
-// compiler's default -ffp-contract=fast and FMA enabled (as torchao's) cannot fuse them.
+// compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
+// honours the pragma unless -ffp-contract=fast is given explicitly).
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
-
 
 namespace da8w4 {
 
@@ -847,6 +849,19 @@ bool gemm_impl(const AmxParams& p) {
   return true;
 }
 
+#undef TILE_ZERO
+#undef TILE_LOAD
+#undef TILE_STORE
+#undef TILE_DP
+#undef kC0
+#undef kC1
+#undef kC2
+#undef kC3
+#undef kA0
+#undef kA1
+#undef kB0
+#undef kB1
+
 }  // namespace
 
 bool gemm_amx(const AmxParams& p) {
@@ -893,12 +908,9 @@ namespace {
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
 
 // Error messages format numbers and shapes with snprintf, never through
-// std::ostream.  In torch's CUDA wheels several shared objects (libtorch*.so,
-// libcufile.so) export their own copies of libstdc++ symbols, and an
-// extension's ostream integer formatting bound across those copies crashes the
-// process (SIGSEGV) instead of raising: seen on an AMX host with a CUDA build of
-// torch 2.11, gone with the system libstdc++ preloaded.  Strings and dtype names
-// stream safely.
+// std::ostream: in torch's CUDA wheels several shared objects export their own
+// copies of libstdc++ symbols, and an extension's ostream integer formatting bound
+// across those copies was seen to crash the process instead of raising.
 std::string num(int64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
@@ -912,7 +924,6 @@ std::string shape(at::IntArrayRef sizes) {
   }
   return out + "]";
 }
-
 
 #if defined(DA8W4_HAVE_AMX)
 // AMX int8 usable: the CPU has AMX-TILE and AMX-INT8, the OS enables the tile state in
@@ -1257,7 +1268,7 @@ constexpr AmxKnobs amx_knobs() {
   return {};
 }
 
-// Per-core L2 in bytes (sysconf; 2 MiB, the AMX host's, where the system does not say).
+// Per-core L2 in bytes (sysconf; 2 MiB, Sapphire Rapids', where the system does not say).
 int64_t l2_bytes() {
   static const int64_t v = [] {
     const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -1322,15 +1333,14 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
   // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
   // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
-  // next item mostly reuses the chunk it has in L2. (chunk_rows 0: N group by N group,
-  // an earlier order.)
+  // next item mostly reuses the chunk it has in L2 (chunk_rows 0: N group by N group).
   const bool chunk_major = knobs.chunk_rows != 0;
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
   // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
   // pass touches the output rows of each m tile (touch_pages): an output of 32 MiB or more
   // is a fresh mmap on every call (glibc's largest mmap threshold), and in the GEMM the
   // threads write neighbouring column strips of the same rows, so that without this all of
-  // them fault on the same page at once, page after page (the cliff).
+  // them fault on the same page at once, page after page.
   at::Tensor a_packed;
   const int64_t esize = y.element_size();
   char* out = static_cast<char*>(y.data_ptr());
@@ -1521,7 +1531,7 @@ at::Tensor da8w4_linear_cpu(
 #if defined(DA8W4_HAVE_AMX)
   if (isa == Isa::kAmx) {
     // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
-    // `forced`: AMX for every M). Items whose zero points do not fit the
+    // a forced path: AMX for every M). Items whose zero points do not fit the
     // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
     if (!forced && M < amx_min_m()) {
       isa = Isa::kAvx512Vnni;
@@ -1609,6 +1619,7 @@ at::Tensor da8w4_linear_cpu(
 }  // namespace
 }  // namespace da8w4
 
+}  // namespace
 
 TORCH_LIBRARY_IMPL(torchao, CPU, m) {
   m.impl("da8w4_linear_prepack_cpu", &da8w4::da8w4_linear_prepack_cpu);
