@@ -37,7 +37,8 @@ def scalar_only_copy(build: str) -> str:
 def main() -> None:
     scalar_only = "--scalar-only" in sys.argv
     build = os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(prefix="torchao-port-")
-    build = os.path.join(build, "scalar_only" if scalar_only else "as_is")
+    no_isa = os.environ.get("TORCHAO_PORT_ISA_FLAGS") == "0"
+    build = os.path.join(build, ("scalar_only" if scalar_only else "as_is") + ("_no_isa_flags" if no_isa else ""))
     os.makedirs(build, exist_ok=True)
     source = scalar_only_copy(build) if scalar_only else None
     torchao_port_plugin.build_and_load(build, source)

@@ -7,7 +7,8 @@ alone, without our library, in a process of its own (_torchao_port_worker.py), s
 file can run next to our library's tests. Its results must equal the pure-PyTorch reference
 of the spec bit for bit, as our library's do, on the path this CPU takes (AMX from 8 rows
 where the CPU has it, the AVX512-VNNI register kernel below that and on other AVX-512 CPUs),
-and built with its x86-64 sections compiled out, on the scalar loop.
+built with torchao's ISA flags and without them (what its setup.py gives where it finds no
+AVX-512), and with its x86-64 sections compiled out, on the scalar loop.
 """
 
 import json
@@ -26,8 +27,9 @@ from torch.testing._internal.common_utils import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_worker(*args: str) -> dict:
+def run_worker(*args: str, isa_flags: bool = True) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    env["TORCHAO_PORT_ISA_FLAGS"] = "1" if isa_flags else "0"
     env.pop("DA8W4_LINEAR_CPU_LIB", None)  # the worker loads the port, never our library
     out = subprocess.run(
         [sys.executable, os.path.join(HERE, "_torchao_port_worker.py"), *args],
@@ -43,9 +45,10 @@ def run_worker(*args: str) -> dict:
 
 @instantiate_parametrized_tests
 class TestTorchaoPort(TestCase):
-    @parametrize("build", ("as_built", "scalar_only"))
+    @parametrize("build", ("as_built", "without_isa_flags", "scalar_only"))
     def test_matches_reference(self, build):
-        results = run_worker(*(["--scalar-only"] if build == "scalar_only" else []))
+        args = ["--scalar-only"] if build == "scalar_only" else []
+        results = run_worker(*args, isa_flags=build != "without_isa_flags")
         cases = results["cases"]
         self.assertGreater(len(cases), 100)
         wrong = [case for case, ok in cases.items() if not ok]

@@ -51,7 +51,9 @@ def torchao_cpu_flags() -> list[str]:
     """The C++ flags torchao 0.18.0's setup.py gives ``torchao/csrc/cpu/aten_kernels/*.cpp`` on
     Linux (``USE_CPU_KERNELS=1``) on a machine with AVX-512 (and VNNI), besides
     ``-DPy_LIMITED_API`` (no Python API is used here). ``TORCHAO_PORT_ISA_FLAGS=0`` leaves the
-    ISA flags out (a build machine without AVX-512): the port's ISA paths do not need them."""
+    ISA flags out, as that setup.py does where it finds no AVX-512: the port's ISA paths do not
+    need them. (It asks ``torch._C._cpu._is_avx512_supported``, which torch 2.11-2.15 no longer
+    have, so there it finds none on any machine; AVX-512 is read from /proc/cpuinfo here.)"""
     flags = ["-O3", "-fdiagnostics-color=always"]
     if os.environ.get("TORCHAO_PORT_ISA_FLAGS") == "0":
         return flags
