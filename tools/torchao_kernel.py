@@ -75,6 +75,14 @@ ISA_MACROS = """\
 """
 
 _IF = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)")
+_OPENS = ("if", "ifdef", "ifndef")
+
+
+def _depth_change(m: re.Match[str] | None) -> int:
+    """How a line that ``_IF`` matched (or not: ``m`` None) changes the conditional nesting depth."""
+    if m is None:
+        return 0
+    return 1 if m.group(1) in _OPENS else -1 if m.group(1) == "endif" else 0
 _INCLUDE = re.compile(r"\s*#\s*include\s*([<\"])(.*)[>\"]")
 
 
@@ -103,7 +111,7 @@ def unifdef(lines: list[str], where: str) -> list[str]:
         live = all(taken for _, taken in stack)
         if m:
             kind, cond = m.group(1), m.group(2)
-            if kind in ("if", "ifdef", "ifndef"):
+            if kind in _OPENS:
                 value = _resolved(kind, cond, f"{where}:{i}")
                 if value is not None:
                     stack.append((True, value))
@@ -170,9 +178,7 @@ def _split(text: str, name: str) -> tuple[list[str], list[str]]:
             includes += block
             j += len(block)
             continue
-        m = _IF.match(line)
-        if m:
-            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
+        depth += _depth_change(_IF.match(line))
         body.append(line)
         j += 1
     return includes, body
@@ -181,14 +187,13 @@ def _split(text: str, name: str) -> tuple[list[str], list[str]]:
 def _include_block(lines: list[str], j: int) -> list[str]:
     """The ``#if ... #endif`` block at ``j`` (nested ones inside it too) when it holds only includes and
     conditionals, else []."""
-    m = _IF.match(lines[j])
-    if not m or m.group(1) not in ("if", "ifdef", "ifndef"):
+    if _depth_change(_IF.match(lines[j])) != 1:
         return []
     depth = 0
     for k in range(j, len(lines)):
         m = _IF.match(lines[k])
         if m:
-            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
+            depth += _depth_change(m)
             if depth == 0:
                 block = lines[j:k + 1]
                 return block if any(_INCLUDE.match(x) for x in block) else []
@@ -218,14 +223,6 @@ def _target(isa: str, body: list[str], macro: str) -> list[str]:
     ]
 
 
-def _strip_blank_edges(lines: list[str]) -> list[str]:
-    while lines and not lines[0].strip():
-        lines = lines[1:]
-    while lines and not lines[-1].strip():
-        lines = lines[:-1]
-    return lines
-
-
 def render(csrc: Path) -> str:
     """The port of ``csrc/da8w4/`` (see the module docstring)."""
     includes: list[str] = []
@@ -237,7 +234,7 @@ def render(csrc: Path) -> str:
         except OSError as e:
             raise PatchsetError(path, f"cannot read the kernel source: {e}") from e
         incs, body = _split(text, name)
-        body = _strip_blank_edges(unifdef(body, str(path)))
+        body = unifdef(body, str(path))
         includes += unifdef(incs, str(path))
         if isa is not None:
             body = _target(isa[1], body, isa[0])
@@ -265,10 +262,8 @@ def _order_includes(lines: list[str]) -> list[str]:
     depth = 0
     for line in lines:
         m = _IF.match(line)
-        if m:
-            depth += {"if": 1, "ifdef": 1, "ifndef": 1, "endif": -1}.get(m.group(1), 0)
-            blocks.append(line)
-        elif depth:
+        depth += _depth_change(m)
+        if m or depth:
             blocks.append(line)
         elif line not in plain:
             plain.append(line)

@@ -39,27 +39,26 @@ PORT = Path(__file__).resolve().parents[2] / "upstream-prs" / "pytorch-ao" / "da
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
 
-def fmas(unit: str, contract: str) -> int:
-    """FMA instructions in ``unit`` compiled at -O3 with -ffp-contract=``contract``."""
+def count_fmas(source: Path, flags: list[str], contract: str) -> int:
+    """FMA instructions in ``source`` compiled at -O3 with ``flags`` and -ffp-contract=``contract``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "unit.s")
-        cmd = [CXX, "-std=c++17", "-O3", f"-ffp-contract={contract}", *UNITS[unit]]
-        cmd += ["-w", "-S", "-o", out, str(SRC / unit)]
+        cmd = [CXX, "-std=c++17", "-O3", f"-ffp-contract={contract}", *flags]
+        cmd += ["-w", "-S", "-o", out, str(source)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         return len(FMA.findall(Path(out).read_text()))
+
+
+def fmas(unit: str, contract: str) -> int:
+    return count_fmas(SRC / unit, UNITS[unit], contract)
 
 
 def port_fmas(contract: str) -> int:
-    """FMA instructions in the port compiled at -O3 -mavx2 -mfma -ffp-contract=``contract``."""
+    """The port at -mavx2 -mfma, with torch's headers."""
     from torch.utils.cpp_extension import include_paths
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "port.s")
-        cmd = [CXX, "-std=c++17", "-O3", "-mavx2", "-mfma", f"-ffp-contract={contract}", "-fopenmp"]
-        cmd += [f"-isystem{d}" for d in include_paths()]
-        cmd += ["-w", "-S", "-o", out, str(PORT)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        return len(FMA.findall(Path(out).read_text()))
+    flags = ["-mavx2", "-mfma", "-fopenmp", *(f"-isystem{d}" for d in include_paths())]
+    return count_fmas(PORT, flags, contract)
 
 
 @unittest.skipUnless(
