@@ -33,7 +33,14 @@ namespace {
 // ---------------------------------------------------------------------------
 // ISA selection: the best supported at run time.
 // ---------------------------------------------------------------------------
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
+enum class Isa : int {
+  kScalar,
+#if defined(DA8W4_HAVE_AVX2)
+  kAvx2,
+#endif
+  kAvx512Vnni,
+  kAmx,
+};
 
 // Error messages format numbers and shapes with snprintf, never through
 // std::ostream: in torch's CUDA wheels several shared objects export their own
@@ -60,8 +67,10 @@ const char* isa_name(Isa isa) {
       return "amx";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+#if defined(DA8W4_HAVE_AVX2)
     case Isa::kAvx2:
       return "avx2";
+#endif
     default:
       return "scalar";
   }
@@ -112,11 +121,9 @@ bool isa_supported(Isa isa) {
 #endif
     case Isa::kScalar:
       return true;
-    case Isa::kAvx2:
 #if defined(DA8W4_HAVE_AVX2)
+    case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-      return false;
 #endif
     case Isa::kAvx512Vnni:
 #if defined(DA8W4_HAVE_AVX512VNNI)
@@ -137,9 +144,11 @@ Isa best_isa() {
     if (isa_supported(Isa::kAvx512Vnni)) {
       return Isa::kAvx512Vnni;
     }
+#if defined(DA8W4_HAVE_AVX2)
     if (isa_supported(Isa::kAvx2)) {
       return Isa::kAvx2;
     }
+#endif
     return Isa::kScalar;
   }();
   return best;
@@ -158,7 +167,13 @@ Isa select_isa(bool* forced) {
     return best_isa();
   }
   *forced = true;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni, Isa::kAmx}) {
+  for (Isa isa : {
+           Isa::kScalar,
+#if defined(DA8W4_HAVE_AVX2)
+           Isa::kAvx2,
+#endif
+           Isa::kAvx512Vnni,
+           Isa::kAmx}) {
     if (std::strcmp(env, isa_name(isa)) == 0) {
       TORCH_CHECK(
           isa_supported(isa),
@@ -175,11 +190,6 @@ Isa select_isa(bool* forced) {
       "da8w4_linear_cpu: unknown DA8W4_ISA=",
       env,
       "; expected one of auto, scalar, avx2, avx512vnni, amx");
-}
-#else
-Isa select_isa(bool* forced) {
-  *forced = false;
-  return best_isa();
 }
 #endif
 
@@ -369,14 +379,6 @@ const Schedule& schedule() {
   }();
   return v;
 }
-#else
-struct Schedule {
-  int64_t amx_items_per_thread = kAmxItemsPerThread;
-};
-
-constexpr Schedule schedule() {
-  return {};
-}
 #endif
 
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
@@ -436,10 +438,6 @@ int64_t amx_min_m() {
   }();
   return v;
 }
-#else
-constexpr int64_t amx_min_m() {
-  return kAmxMinM;
-}
 #endif
 
 // An AMX work item whose zero points do not fit the AMX path (zw < -112): the
@@ -491,30 +489,18 @@ void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
 // (cpp_gemm_template.py, its cache blocking): the A block of an item is kept L2-sized and
 // reused along N, and the threads write the output they first touch in row bands of their
 // own.
-struct AmxKnobs {
-  int64_t chunk_rows = -1;  // -1: by the L2 rule below
-  bool touch = true;
-};
 
 #if defined(DA8W4_TUNING)
-// Two knobs, for benchmarks and tests, read on every call:
-//   DA8W4_AMX_CHUNK_ROWS=0   an earlier blocking: every item covers all M rows, items
-//                            ordered by N group (each item re-reads the whole packed A)
-//   DA8W4_AMX_CHUNK_ROWS=R   at most R rows per item (at least one 32-row m tile)
-//   DA8W4_AMX_TOUCH=0        no first touch of the output pages in row bands
-AmxKnobs amx_knobs() {
-  AmxKnobs k;
-  const char* rows = std::getenv("DA8W4_AMX_CHUNK_ROWS");
-  if (rows && rows[0]) {
-    k.chunk_rows = std::max<int64_t>(0, std::atoll(rows));
+// For benchmarks and tests, read on every call: DA8W4_AMX_CHUNK_ROWS=R, at most R rows
+// per item (at least one 32-row m tile), or 0, an earlier blocking where every item
+// covers all `rows` rows (each re-reads the whole packed A). Else `chunk_rows`.
+int64_t amx_chunk_rows(int64_t rows, int64_t chunk_rows) {
+  const char* env = std::getenv("DA8W4_AMX_CHUNK_ROWS");
+  if (env == nullptr || env[0] == '\0') {
+    return chunk_rows;
   }
-  const char* touch = std::getenv("DA8W4_AMX_TOUCH");
-  k.touch = !(touch && std::strcmp(touch, "0") == 0);
-  return k;
-}
-#else
-constexpr AmxKnobs amx_knobs() {
-  return {};
+  const int64_t r = std::max<int64_t>(0, std::atoll(env));
+  return r > 0 ? r : rows;
 }
 #endif
 
@@ -552,12 +538,15 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const int64_t threads = at::get_num_threads();
   const int64_t mtiles = (M + kTileM - 1) / kTileM;
   const int64_t kstep = amx_k_step(BK);
-  const AmxKnobs knobs = amx_knobs();
   // N: one m tile: one N block per item (most parallelism; nothing to reuse). Several: up
   // to 4 N blocks per item, as many as keep the unpacked panel (nblk * K * 32 bytes)
   // within 1 MiB of L2 and leave >= `per_thread` items per thread (enough for the
   // shared counter to even out threads of unequal speed).
+#if defined(DA8W4_TUNING)
   const int64_t per_thread = schedule().amx_items_per_thread;
+#else
+  const int64_t per_thread = kAmxItemsPerThread;
+#endif
   int64_t nblk = 1;
   if (mtiles > 1) {
     nblk = std::clamp<int64_t>((int64_t{1} << 20) / (K * kBlockN), 1, 4);
@@ -571,10 +560,11 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   // within L2 / 2, but at least 256 rows, so that the panel is unpacked once per 8 m tiles
   // or more (its cost per block grows as the chunk shrinks). Without the cap every item
   // streamed all M x K bytes of A (at M=8192, 32-112 MiB per item, from L3 or DRAM).
-  const int64_t chunk_rows = knobs.chunk_rows >= 0
-      ? knobs.chunk_rows
-      : std::max<int64_t>(256, l2_bytes() / 2 / K / kTileM * kTileM);
-  int64_t mchunks = chunk_rows > 0 ? (mtiles * kTileM + chunk_rows - 1) / chunk_rows : 1;
+  int64_t chunk_rows = std::max<int64_t>(256, l2_bytes() / 2 / K / kTileM * kTileM);
+#if defined(DA8W4_TUNING)
+  chunk_rows = amx_chunk_rows(mtiles * kTileM, chunk_rows);
+#endif
+  int64_t mchunks = (mtiles * kTileM + chunk_rows - 1) / chunk_rows;
   // Too few items for the threads: split the rows further (each chunk unpacks its panel).
   if (mtiles > 1 && ngroups * mchunks < per_thread * threads) {
     mchunks = std::min(mtiles, (per_thread * threads + ngroups - 1) / ngroups);
@@ -583,8 +573,7 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
   // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
   // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
-  // next item mostly reuses the chunk it has in L2 (chunk_rows 0: N group by N group).
-  const bool chunk_major = knobs.chunk_rows != 0;
+  // next item mostly reuses the chunk it has in L2.
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
   // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
   // pass touches the output rows of each m tile (touch_pages): an output of 32 MiB or more
@@ -597,15 +586,12 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   if (mtiles > 1) {
     a_packed = at::empty({mtiles * kTileM * K}, y.options().dtype(at::kByte));
     uint8_t* ap = a_packed.data_ptr<uint8_t>();
-    const bool touch = knobs.touch;
     at::parallel_for(0, mtiles, 1, [&](int64_t begin, int64_t end) {
       for (int64_t mt = begin; mt < end; ++mt) {
         const int64_t rows = std::min(kTileM, M - mt * kTileM);
         pack_a_amx(a + mt * kTileM * K, K, rows, K, kstep, ap + mt * kTileM * K);
-        if (touch) {
-          char* row0 = out + mt * kTileM * N * esize;
-          touch_pages(row0, row0 + rows * N * esize);
-        }
+        char* row0 = out + mt * kTileM * N * esize;
+        touch_pages(row0, row0 + rows * N * esize);
       }
     });
   }
@@ -615,8 +601,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
                                                   : OutKind::kHalf;
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     for (int64_t t = next(); t >= 0; t = next()) {
-      const int64_t ng = chunk_major ? t % ngroups : t / mchunks;
-      const int64_t mc = chunk_major ? t / ngroups : t % mchunks;
+      const int64_t ng = t % ngroups;
+      const int64_t mc = t / ngroups;
       const int64_t nb0 = ng * nblk;
       const int64_t m0 = mc * tiles_per_chunk * kTileM;
       AmxParams p;
@@ -776,16 +762,22 @@ at::Tensor da8w4_linear_cpu(
   const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
 
   const uint8_t* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
+#if defined(DA8W4_TUNING)
   bool forced = false;
   Isa isa = select_isa(&forced);
+#else
+  Isa isa = best_isa();
+#endif
 #if defined(DA8W4_HAVE_AMX)
-  if (isa == Isa::kAmx) {
-    // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
-    // a forced path: AMX for every M). Items whose zero points do not fit the
-    // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
-    if (!forced && M < amx_min_m()) {
-      isa = Isa::kAvx512Vnni;
-    }
+  // Below kAmxMinM rows the AVX512-VNNI register kernel is faster. Items whose zero
+  // points do not fit the AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside
+  // run_amx.
+#if defined(DA8W4_TUNING)
+  if (isa == Isa::kAmx && !forced && M < amx_min_m()) {  // forced: AMX for every M
+#else
+  if (isa == Isa::kAmx && M < kAmxMinM) {
+#endif
+    isa = Isa::kAvx512Vnni;
   }
   if (isa == Isa::kAmx) {
 #if defined(DA8W4_TUNING)

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "kernel.h"
 
@@ -145,7 +146,11 @@ template <typename T>
 T* grow(std::unique_ptr<T, Scratch::Free>& buf, int64_t& have, int64_t want) {
   if (want > have) {
     const size_t bytes = ((static_cast<size_t>(want) * sizeof(T) + 63) / 64) * 64;
-    buf.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    T* fresh = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (fresh == nullptr) {
+      throw std::bad_alloc();
+    }
+    buf.reset(fresh);
     have = want;
   }
   return buf.get();

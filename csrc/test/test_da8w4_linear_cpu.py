@@ -224,8 +224,7 @@ class TestDa8w4Linear(TestCase):
     @parametrize("symmetric", (False, True))
     def test_amx_row_chunks(self, symmetric):
         # Items of at most DA8W4_AMX_CHUNK_ROWS rows (rounded to whole 32-row m tiles),
-        # taken chunk by chunk, with and without the first touch of the output pages;
-        # 0 is the previous blocking (every item all rows, N group by N group). m = 231:
+        # taken chunk by chunk; 0 is the previous blocking (every item all rows). m = 231:
         # 8 m tiles, the last one partial; n = 2080: 65 N blocks, an odd last group.
         # Every blocking must give the reference's bits.
         if not _isa_available("amx"):
@@ -237,12 +236,12 @@ class TestDa8w4Linear(TestCase):
         bias = torch.randn(n, generator=gen)
         x, sa, za = make_activation((m,), k, symmetric, gen)
         want = reference_linear(x, sa, za, w, sw, zw, bias, torch.bfloat16, symmetric)
-        for rows, touch in (("32", "1"), ("64", "0"), ("100", "1"), ("0", "1"), ("0", "0"), ("", "1")):
-            env = {"DA8W4_ISA": "amx", "DA8W4_AMX_CHUNK_ROWS": rows, "DA8W4_AMX_TOUCH": touch}
+        for rows in ("32", "64", "100", "0", ""):
+            env = {"DA8W4_ISA": "amx", "DA8W4_AMX_CHUNK_ROWS": rows}
             with mock.patch.dict(os.environ, env):
                 got = da8w4(x, sa, za, packed, bias, torch.bfloat16)
                 self.assertEqual(loader.last_isa(), "amx")
-            self.assertEqual(got, want, atol=0, rtol=0, msg=f"chunk rows {rows!r}, touch {touch}")
+            self.assertEqual(got, want, atol=0, rtol=0, msg=f"chunk rows {rows!r}")
 
     def test_amx_activation_zero_point_routes(self):
         # The AMX epilogue takes float(C - za * comp) as one FMA on float(C), float(za)

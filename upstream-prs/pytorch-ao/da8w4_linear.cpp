@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -494,7 +495,11 @@ template <typename T>
 T* grow(std::unique_ptr<T, Scratch::Free>& buf, int64_t& have, int64_t want) {
   if (want > have) {
     const size_t bytes = ((static_cast<size_t>(want) * sizeof(T) + 63) / 64) * 64;
-    buf.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    T* fresh = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (fresh == nullptr) {
+      throw std::bad_alloc();
+    }
+    buf.reset(fresh);
     have = want;
   }
   return buf.get();
@@ -905,7 +910,11 @@ namespace {
 // ---------------------------------------------------------------------------
 // ISA selection: the best supported at run time.
 // ---------------------------------------------------------------------------
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
+enum class Isa : int {
+  kScalar,
+  kAvx512Vnni,
+  kAmx,
+};
 
 // Error messages format numbers and shapes with snprintf, never through
 // std::ostream: in torch's CUDA wheels several shared objects export their own
@@ -965,8 +974,6 @@ bool isa_supported(Isa isa) {
 #endif
     case Isa::kScalar:
       return true;
-    case Isa::kAvx2:
-      return false;
     case Isa::kAvx512Vnni:
 #if defined(DA8W4_HAVE_AVX512VNNI)
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -986,17 +993,9 @@ Isa best_isa() {
     if (isa_supported(Isa::kAvx512Vnni)) {
       return Isa::kAvx512Vnni;
     }
-    if (isa_supported(Isa::kAvx2)) {
-      return Isa::kAvx2;
-    }
     return Isa::kScalar;
   }();
   return best;
-}
-
-Isa select_isa(bool* forced) {
-  *forced = false;
-  return best_isa();
 }
 
 using TileFn = void (*)(const TileParams&);
@@ -1159,14 +1158,6 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // ---------------------------------------------------------------------------
 constexpr int64_t kAmxItemsPerThread = 8;
 
-struct Schedule {
-  int64_t amx_items_per_thread = kAmxItemsPerThread;
-};
-
-constexpr Schedule schedule() {
-  return {};
-}
-
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
 // returns the thread's next item in [0, n), or -1 when none is left. Items are taken
 // from a shared counter in chunks: one item at a time (kOne: few large items, the AMX
@@ -1205,10 +1196,6 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
 // Rows below which the auto-selected AMX path hands over to the AVX512-VNNI register
 // kernel.
 constexpr int64_t kAmxMinM = 8;
-
-constexpr int64_t amx_min_m() {
-  return kAmxMinM;
-}
 
 // An AMX work item whose zero points do not fit the AMX path (zw < -112): the
 // AVX512-VNNI tile kernel does it instead (same results).
@@ -1259,14 +1246,6 @@ void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
 // (cpp_gemm_template.py, its cache blocking): the A block of an item is kept L2-sized and
 // reused along N, and the threads write the output they first touch in row bands of their
 // own.
-struct AmxKnobs {
-  int64_t chunk_rows = -1;  // -1: by the L2 rule below
-  bool touch = true;
-};
-
-constexpr AmxKnobs amx_knobs() {
-  return {};
-}
 
 // Per-core L2 in bytes (sysconf; 2 MiB, Sapphire Rapids', where the system does not say).
 int64_t l2_bytes() {
@@ -1302,12 +1281,11 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const int64_t threads = at::get_num_threads();
   const int64_t mtiles = (M + kTileM - 1) / kTileM;
   const int64_t kstep = amx_k_step(BK);
-  const AmxKnobs knobs = amx_knobs();
   // N: one m tile: one N block per item (most parallelism; nothing to reuse). Several: up
   // to 4 N blocks per item, as many as keep the unpacked panel (nblk * K * 32 bytes)
   // within 1 MiB of L2 and leave >= `per_thread` items per thread (enough for the
   // shared counter to even out threads of unequal speed).
-  const int64_t per_thread = schedule().amx_items_per_thread;
+  const int64_t per_thread = kAmxItemsPerThread;
   int64_t nblk = 1;
   if (mtiles > 1) {
     nblk = std::clamp<int64_t>((int64_t{1} << 20) / (K * kBlockN), 1, 4);
@@ -1321,10 +1299,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   // within L2 / 2, but at least 256 rows, so that the panel is unpacked once per 8 m tiles
   // or more (its cost per block grows as the chunk shrinks). Without the cap every item
   // streamed all M x K bytes of A (at M=8192, 32-112 MiB per item, from L3 or DRAM).
-  const int64_t chunk_rows = knobs.chunk_rows >= 0
-      ? knobs.chunk_rows
-      : std::max<int64_t>(256, l2_bytes() / 2 / K / kTileM * kTileM);
-  int64_t mchunks = chunk_rows > 0 ? (mtiles * kTileM + chunk_rows - 1) / chunk_rows : 1;
+  int64_t chunk_rows = std::max<int64_t>(256, l2_bytes() / 2 / K / kTileM * kTileM);
+  int64_t mchunks = (mtiles * kTileM + chunk_rows - 1) / chunk_rows;
   // Too few items for the threads: split the rows further (each chunk unpacks its panel).
   if (mtiles > 1 && ngroups * mchunks < per_thread * threads) {
     mchunks = std::min(mtiles, (per_thread * threads + ngroups - 1) / ngroups);
@@ -1333,8 +1309,7 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   mchunks = (mtiles + tiles_per_chunk - 1) / tiles_per_chunk;
   // Items are ordered chunk by chunk (all N groups of chunk 0 first, ...): the threads
   // then work on one A chunk at a time, which stays in L3 for all of them, and a thread's
-  // next item mostly reuses the chunk it has in L2 (chunk_rows 0: N group by N group).
-  const bool chunk_major = knobs.chunk_rows != 0;
+  // next item mostly reuses the chunk it has in L2.
   // Several m tiles: the activation is first packed into the tiles' layout (each tile
   // row load then reads 1 KiB in a row instead of 16 lines a row of K apart). The same
   // pass touches the output rows of each m tile (touch_pages): an output of 32 MiB or more
@@ -1347,15 +1322,12 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   if (mtiles > 1) {
     a_packed = at::empty({mtiles * kTileM * K}, y.options().dtype(at::kByte));
     uint8_t* ap = a_packed.data_ptr<uint8_t>();
-    const bool touch = knobs.touch;
     at::parallel_for(0, mtiles, 1, [&](int64_t begin, int64_t end) {
       for (int64_t mt = begin; mt < end; ++mt) {
         const int64_t rows = std::min(kTileM, M - mt * kTileM);
         pack_a_amx(a + mt * kTileM * K, K, rows, K, kstep, ap + mt * kTileM * K);
-        if (touch) {
-          char* row0 = out + mt * kTileM * N * esize;
-          touch_pages(row0, row0 + rows * N * esize);
-        }
+        char* row0 = out + mt * kTileM * N * esize;
+        touch_pages(row0, row0 + rows * N * esize);
       }
     });
   }
@@ -1365,8 +1337,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
                                                   : OutKind::kHalf;
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     for (int64_t t = next(); t >= 0; t = next()) {
-      const int64_t ng = chunk_major ? t % ngroups : t / mchunks;
-      const int64_t mc = chunk_major ? t / ngroups : t % mchunks;
+      const int64_t ng = t % ngroups;
+      const int64_t mc = t / ngroups;
       const int64_t nb0 = ng * nblk;
       const int64_t m0 = mc * tiles_per_chunk * kTileM;
       AmxParams p;
@@ -1526,16 +1498,13 @@ at::Tensor da8w4_linear_cpu(
   const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
 
   const uint8_t* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
-  bool forced = false;
-  Isa isa = select_isa(&forced);
+  Isa isa = best_isa();
 #if defined(DA8W4_HAVE_AMX)
-  if (isa == Isa::kAmx) {
-    // Below amx_min_m() rows the AVX512-VNNI register kernel is faster (unless
-    // a forced path: AMX for every M). Items whose zero points do not fit the
-    // AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside run_amx.
-    if (!forced && M < amx_min_m()) {
-      isa = Isa::kAvx512Vnni;
-    }
+  // Below kAmxMinM rows the AVX512-VNNI register kernel is faster. Items whose zero
+  // points do not fit the AMX path's int8 (w - zw) go to the AVX512-VNNI kernel inside
+  // run_amx.
+  if (isa == Isa::kAmx && M < kAmxMinM) {
+    isa = Isa::kAvx512Vnni;
   }
   if (isa == Isa::kAmx) {
     run_amx(a_ptr, K, M, symmetric ? nullptr : za.data_ptr<int32_t>(), sa.data_ptr<float>(),
