@@ -28,6 +28,11 @@ variables (for example a forced ISA path), reported as one more ratio column.
 one file torchao builds), built with torchao's flags below: a "port ratio" column, and "port =
 ours", the share of its outputs equal bit for bit to our library's.
 
+The floor at small M: "weight read" is the time to read as many bytes as the packed weight,
+its scales, zero points and compensation hold (one int64 ``sum`` over a buffer of that size,
+warm, on the same threads, timed in our worker): at M = 1 the op streams those bytes and does
+little else, so neither kernel can be much faster than that read.
+
 The ceiling beside both: a dense int8 GEMM of the same M x K x N on the same threads,
 ``torch._int_mm`` (int8 x int8 -> int32, ATen's CPU implementation) in a third worker,
 alternated with the others; its % of peak is printed next to ours. Which library ran it is
@@ -187,6 +192,10 @@ def worker(args):
         k, n = SHAPES[name]
         w, sw, zw, bias = make_data(k, n, args.group_size, seed=7 * k + n)
         packed = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+        if args.worker == "ours":  # the small-M floor: read as many bytes as the weight side holds
+            nbytes = sum(t.numel() * t.element_size() for t in packed)
+            buf = torch.ones((nbytes + 7) // 8, dtype=torch.int64)
+            results[f"read:{name}"] = time_op(buf.sum, args.min_time, args.reps)
         for m in args.ms:
             gen = torch.Generator().manual_seed(m * 31 + k)
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).float()
@@ -325,9 +334,9 @@ def main():
         print()
         extra = "".join(f" {name} ratio |" for name, _ in variants) + (" port = ours |" if args.port else "")
         port_identical = {}
-        print(f"| shape | M | torchao (us) | ours (us) | torchao / ours |{extra} torchao % peak | ours % peak "
+        print(f"| shape | M | torchao (us) | ours (us) | weight read (us) | torchao / ours |{extra} torchao % peak | ours % peak "
               "| int8 GEMM % peak | max diff (bf16 ulp) | identical | rel. diff | page faults per call, torchao / ours |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * (len(variants) + args.port) + "---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|" + "---:|" * (len(variants) + args.port) + "---:|---:|---:|---:|---:|---:|---:|")
         table = []
         for name in args.shapes:
             k, n = SHAPES[name]
@@ -342,11 +351,13 @@ def main():
                     vcols += f" {'all' if port_same == 1.0 else f'{100 * port_same:.3f}%'} |"
                     port_identical[key] = port_same
                 fa, fo = med["torchao"].get("minflt:" + key, -1), med["ours"].get("minflt:" + key, -1)
-                print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
+                tr = med["ours"].get(f"read:{name}", float("nan"))
+                print(f"| {name} {k}->{n} | {m} | {ta * 1e6:.0f} | {to * 1e6:.0f} | {tr * 1e6:.0f} | **{ta / to:.2f}x** |{vcols} "
                       f"{100 * ops / ta / peak:.1f}% | {100 * ops / to / peak:.1f}% | {100 * ops / td / peak:.1f}% | "
                       f"{ulps:.0f} | {'all' if same == 1.0 else f'{100 * same:.3f}%'} | "
                       f"{rel:.1e} | {fa:.0f} / {fo:.0f} |", flush=True)
-                table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, dense_int8_s=td, ulps=ulps,
+                table.append(dict(shape=name, m=m, k=k, n=n, torchao_s=ta, ours_s=to, dense_int8_s=td, weight_read_s=tr,
+                                  ulps=ulps,
                                   identical=same,
                                   rel=rel, torchao_minflt=fa, ours_minflt=fo,
                                   **{f"{v}_s": med[v][key] for v, _ in variants},
