@@ -28,10 +28,11 @@ variables (for example a forced ISA path), reported as one more ratio column.
 one file torchao builds), built with torchao's flags below: a "port ratio" column, and "port =
 ours", the share of its outputs equal bit for bit to our library's.
 
-The floor at small M: "weight read" is the time to read as many bytes as the packed weight,
-its scales, zero points and compensation hold (one int64 ``sum`` over a buffer of that size,
-warm, on the same threads, timed in our worker): at M = 1 the op streams those bytes and does
-little else, so neither kernel can be much faster than that read.
+A reference at small M: "weight read" is the time to read as many bytes as the packed
+weight, its scales, zero points and compensation hold (one int64 ``sum`` over a buffer of that
+size, warm, on the same threads, timed in our worker). At M = 1 the op streams those bytes and
+does little else, so a call far above it spends its time elsewhere (fixed costs). ATen's sum is
+not the machine's read limit, though: a call below it shows only that.
 
 The ceiling beside both: a dense int8 GEMM of the same M x K x N on the same threads,
 ``torch._int_mm`` (int8 x int8 -> int32, ATen's CPU implementation) in a third worker,
