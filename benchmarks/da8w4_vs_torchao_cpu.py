@@ -31,7 +31,7 @@ ours", the share of its outputs equal bit for bit to our library's.
 A reference at small M: "weight read" is the time to read as many bytes as the packed
 weight, its scales, zero points and compensation hold (one int64 ``sum`` over a buffer of that
 size, warm, on the same threads, timed in our worker). At M = 1 the op streams those bytes and
-does little else, so a call far above it spends its time elsewhere (fixed costs). ATen's sum is
+does little else, so a call far above it spends its time elsewhere. ATen's sum is
 not the machine's read limit, though: a call below it shows only that.
 
 The ceiling beside both: a dense int8 GEMM of the same M x K x N on the same threads,
