@@ -87,8 +87,9 @@ class DiffPR:
 class FilePR:
     """``[[patch.upstream.file-pr]]``: a PR that replaces ``path`` of ``package``'s source tree at ``version`` whole
     with ``source``, a file generated in this repo (e.g. ``tools/torchao_kernel.py``'s port of ``csrc/``): no
-    upstream line is stored. It depends on no other PR; its Measured section is the ``headline`` section of
-    benchmarks/README.md (``tools.export_pr_split.export_file_prs``)."""
+    upstream line is stored. ``add``: (path in the package's tree, path in this repo) of new files it adds (its
+    tests). It depends on no other PR; its Measured section is the ``headline`` section of benchmarks/README.md
+    (``tools.export_pr_split.export_file_prs``)."""
 
     name: str
     title: str
@@ -99,6 +100,7 @@ class FilePR:
     package: str
     version: str
     headline: str
+    add: tuple[tuple[str, str], ...] = ()
 
 
 SUMMARY_MAX_WORDS = 300
@@ -210,10 +212,14 @@ def _file_pr(d: dict, where: str) -> FilePR:
     fields = {"name", "title", "summary", "test-plan", "path", "source", "package", "version", "headline"}
     if missing := sorted(fields - set(d)):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] lacks {', '.join(missing)}")
-    if unknown := sorted(set(d) - fields):
+    if unknown := sorted(set(d) - fields - {"add"}):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] has unknown keys {unknown}")
+    add = d.get("add", [])
+    if not isinstance(add, list) or any(not isinstance(a, dict) or set(a) != {"path", "source"} for a in add):
+        raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: add must be a list of "
+                                   "{path = ..., source = ...}")
     return FilePR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["path"], d["source"],
-                  d["package"], d["version"], d["headline"])
+                  d["package"], d["version"], d["headline"], tuple((a["path"], a["source"]) for a in add))
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

@@ -172,28 +172,33 @@ def file_pr_meta(p: PatchMeta, fp: FilePR) -> PatchMeta:
 
 
 def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths) -> list[str]:
-    """Write each file PR of ``p`` to ``out/<name>/``: ``files/<path>`` (its ``source``) and ``PR.md`` (Measured:
-    the ``headline`` section of benchmarks/README.md); the lines a reviewer would not accept. A torch release it
-    names is not one (a package's PR says which torch it was measured with)."""
+    """Write each file PR of ``p`` to ``out/<name>/``: ``files/<path>`` (its ``source``), ``files/<added path>``
+    for each file it adds, and ``PR.md`` (Measured: the ``headline`` section of benchmarks/README.md); the lines a
+    reviewer would not accept. A torch release it names is not one (a package's PR says which torch it was
+    measured with)."""
     assert p.upstream is not None
     findings: list[str] = []
     readme = root / "benchmarks" / "README.md"
     for fp in p.upstream.file_prs:
-        src = root / fp.source
-        if not src.is_file():
-            raise PatchsetError(src, f"missing ([[patch.upstream.file-pr]] {fp.name} of {p.name}); run "
-                                     "`python -m tools generate`")
+        copies = [(fp.path, fp.source, f"replaces {fp.package} {fp.version}'s file whole")]
+        copies += [(path, source, "new") for path, source in fp.add]
+        for _, source, _ in copies:
+            if not (root / source).is_file():
+                raise PatchsetError(root / source, f"missing ([[patch.upstream.file-pr]] {fp.name} of {p.name}); "
+                                                   "run `python -m tools generate`")
         measured = named_section(readme, fp.headline)
         if measured is None:
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
-        (d / "files" / fp.path).parent.mkdir(parents=True)
-        shutil.copyfile(src, d / "files" / fp.path)
+        for path, source, _ in copies:
+            (d / "files" / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / source, d / "files" / path)
+            findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()), fork,
+                                              None)
         text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
-                           [(fp.path, f"replaces {fp.package} {fp.version}'s file whole")])
+                           [(path, what) for path, _, what in copies])
         (d / "PR.md").write_text(text)
         findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork, None)
-        findings += pasteability_findings(f"{fp.name}: {fp.path}", numbered(src.read_text()), fork, None)
-        progress(f"export-pr: {p.name}: {fp.name}/files/{fp.path} (replaces {fp.package} {fp.version}'s), "
+        progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(path for path, _, _ in copies)}), "
                  f"{fp.name}/PR.md")
     return findings

@@ -378,6 +378,30 @@ def test_export_pr_writes_a_file_pr(fake_generated, tmp_path, monkeypatch):
     assert (out / "gamma-registry-client/PR.md").is_file() and (out / "inductor-gamma/PR.md").is_file()
 
 
+def test_file_pr_adds_files(fake_generated, tmp_path, monkeypatch):
+    """A file PR's ``add``: each new file (its tests) at its path in the package's tree, listed in PR.md as new;
+    a missing one fails the export before anything is written, and a malformed ``add`` fails the load."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
+    (fp.root / "upstream-prs/test_gamma_kernel.py").write_text("def test_gamma():\n    assert True\n")
+    add = 'add = [{path = "test/test_gamma_kernel.py", source = "upstream-prs/test_gamma_kernel.py"}]\n'
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\n' + add))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    d = out / "gamma-kernel"
+    assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
+        "PR.md", "files/fakeao/csrc/gamma_kernel.cpp", "files/test/test_gamma_kernel.py"]
+    assert (d / "files/test/test_gamma_kernel.py").read_text() == "def test_gamma():\n    assert True\n"
+    pr = (d / "PR.md").read_text()
+    assert "- `fakeao/csrc/gamma_kernel.cpp`: replaces fakeao 1.0's file whole\n- `test/test_gamma_kernel.py`: new" in pr
+    (fp.root / "upstream-prs/test_gamma_kernel.py").unlink()
+    with pytest.raises(PatchsetError, match="test_gamma_kernel.py: missing"):
+        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out2", names=["inductor-gamma"])
+    assert not (tmp_path / "out2").exists()
+    fp.set_toml(fp.toml().replace(add, 'add = ["test/test_gamma_kernel.py"]\n'))
+    with pytest.raises(PatchsetError, match="add must be a list of"):
+        fp.sources.load()
+
+
 def test_file_pr_source_missing_or_table_wrong(fake_generated, tmp_path, monkeypatch):
     _installed_package(tmp_path, monkeypatch)
     fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))

@@ -1,0 +1,120 @@
+# Copyright (c) Meta Platforms, Inc. and affiliates.
+# All rights reserved.
+#
+# This source code is licensed under the BSD 3-Clause license found in the
+# LICENSE file in the root directory of this source tree.
+
+"""torchao::da8w4_linear_cpu against the op's math, bit for bit.
+
+The kernel's paths (AMX tiles from 8 rows, AVX512-VNNI register tiles below that
+and on AVX-512 CPUs without AMX, a scalar loop elsewhere) must all give these bits:
+per k block of min(group_size, 128), the exact int32 dot product of (a - za) and
+(w - zw), then acc += (float(P) * sa) * sw in fp32, k block by k block, from the
+bias. The shapes below reach every row remainder of the register kernel, one and
+two 16-row AMX tiles, partial 32-row m tiles, several N blocks per work item,
+group sizes 32 to 256 and weight zero points the AMX path hands to the register
+kernel (below -112).
+"""
+
+import unittest
+
+import torch
+import torchao  # noqa: F401 (defines the ops)
+from torch.testing._internal import common_utils
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+def make_weight(n, k, group_size, gen, low_zero_points=False):
+    g = k // group_size
+    w = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=gen)
+    scales = torch.rand(n, g, generator=gen) * 0.02 + 1e-3
+    low = -128 if low_zero_points else 0
+    qzeros = torch.randint(low, 16, (n, g), dtype=torch.int8, generator=gen)
+    return w, scales, qzeros
+
+
+def make_activation(m_shape, k, symmetric, gen):
+    m = 1
+    for d in m_shape:
+        m *= d
+    if symmetric:
+        x = torch.randint(-128, 128, (*m_shape, k), dtype=torch.int8, generator=gen)
+        zeros = torch.zeros(m, dtype=torch.int32)
+    else:
+        x = torch.randint(0, 256, (*m_shape, k), dtype=torch.uint8, generator=gen)
+        zeros = torch.randint(0, 256, (m,), dtype=torch.int32, generator=gen)
+    scales = torch.rand(m, generator=gen) * 0.05 + 1e-3
+    return x, scales, zeros
+
+
+def reference(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
+    """The op's math on the unpacked weight [N, K] and scales/zero points [N, G]."""
+    n, k = w.shape
+    group_size = k // sw.shape[1]
+    bk = min(group_size, 128)
+    a = x.reshape(-1, k).to(torch.float64)
+    if not symmetric:
+        a = a - za.reshape(-1, 1).to(torch.float64)
+    wd = w.to(torch.float64) - zw.to(torch.float64).repeat_interleave(group_size, 1)
+    sa = sa.reshape(-1, 1).to(torch.float32)
+    acc = torch.zeros(a.shape[0], n) if bias is None else bias.expand(a.shape[0], n)
+    for c in range(k // bk):
+        blk = slice(c * bk, (c + 1) * bk)
+        # integers below 2**53: exact in float64, then exactly an int32 value
+        p = (a[:, blk] @ wd[:, blk].T).to(torch.int32)
+        acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size]
+    return acc.to(out_dtype).reshape(*x.shape[:-1], n)
+
+
+# (M shape, K, N, group_size)
+SHAPES = [
+    ((1,), 128, 32, 32),
+    ((3,), 96, 64, 32),
+    ((2, 5), 192, 32, 64),
+    ((7,), 256, 64, 128),
+    ((8,), 256, 96, 128),
+    ((17,), 256, 96, 128),
+    ((9,), 512, 64, 256),
+    ((33,), 128, 32, 32),
+    ((40,), 256, 256, 128),
+    ((150,), 384, 160, 64),
+    ((2,), 72, 32, 36),
+]
+
+
+@unittest.skipIf(
+    "CPU" not in torch._C._dispatch_dump("torchao::da8w4_linear_cpu"),
+    reason="cpp kernels not built",
+)
+class TestDa8w4LinearCpuKernel(TestCase):
+    @common_utils.parametrize("out_dtype", [torch.float, torch.bfloat16, torch.half])
+    @common_utils.parametrize("bias", [True, False])
+    @common_utils.parametrize("symmetric", [True, False])
+    @common_utils.parametrize("low_zero_points", [True, False])
+    def test_matches_reference(self, out_dtype, bias, symmetric, low_zero_points):
+        gen = torch.Generator().manual_seed(1234)
+        for m_shape, k, n, group_size in SHAPES:
+            w, sw, zw = make_weight(n, k, group_size, gen, low_zero_points)
+            x, sa, za = make_activation(m_shape, k, symmetric, gen)
+            b = torch.randn(n, generator=gen) if bias else None
+            packed = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+            got = torch.ops.torchao.da8w4_linear_cpu(x, sa, za, *packed, b, out_dtype)
+            want = reference(x, sa, za, w, sw, zw, b, out_dtype, symmetric)
+            self.assertEqual(
+                got, want, atol=0, rtol=0, msg=f"{m_shape} x {k} x {n}, gs {group_size}"
+            )
+
+    def test_prepack_rejects_bad_weights(self):
+        gen = torch.Generator().manual_seed(0)
+        w, sw, zw = make_weight(32, 128, 32, gen)
+        with self.assertRaisesRegex(RuntimeError, "int4"):
+            torch.ops.torchao.da8w4_linear_prepack_cpu(w + 16, sw, zw)
+        with self.assertRaisesRegex(RuntimeError, "multiple of 32"):
+            torch.ops.torchao.da8w4_linear_prepack_cpu(w[:16], sw[:16], zw[:16])
+
+
+common_utils.instantiate_parametrized_tests(TestDa8w4LinearCpuKernel)
+
+
+if __name__ == "__main__":
+    run_tests()
