@@ -355,14 +355,16 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the
 // slowest thread took several times as long as the fastest on equal work on an AMX host.
 // ---------------------------------------------------------------------------
+#if defined(DA8W4_HAVE_AMX)
 constexpr int64_t kAmxItemsPerThread = 8;
+#endif
 
 #if defined(DA8W4_TUNING)
 // For benchmarks: DA8W4_SCHED=static restores equal ranges and the coarser AMX items of
 // an earlier kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
 struct Schedule {
   bool is_static = false;
-  int64_t amx_items_per_thread = kAmxItemsPerThread;
+  int64_t amx_items_per_thread = 0;  // 0: kAmxItemsPerThread
 };
 
 const Schedule& schedule() {
@@ -533,7 +535,6 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
              const uint8_t* w, const float* sw, const int8_t* zw, const int32_t* comp,
              const float* bias, int64_t Nc, int64_t Kc, int64_t BK, int64_t G, bool symmetric,
              at::ScalarType output_dtype, at::Tensor& y) {
-  constexpr int64_t kTileM = 32;
   const int64_t N = Nc * kBlockN;
   const int64_t threads = at::get_num_threads();
   const int64_t mtiles = (M + kTileM - 1) / kTileM;
@@ -543,7 +544,8 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   // within 1 MiB of L2 and leave >= `per_thread` items per thread (enough for the
   // shared counter to even out threads of unequal speed).
 #if defined(DA8W4_TUNING)
-  const int64_t per_thread = schedule().amx_items_per_thread;
+  const int64_t per_thread =
+      schedule().amx_items_per_thread > 0 ? schedule().amx_items_per_thread : kAmxItemsPerThread;
 #else
   const int64_t per_thread = kAmxItemsPerThread;
 #endif
@@ -600,6 +602,14 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       : output_dtype == at::kBFloat16             ? OutKind::kBFloat16
                                                   : OutKind::kHalf;
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
+    // The tile state is released however the worker leaves: grow() or vnni_item may throw
+    // after an item has configured the tiles, and a thread that kept them configured would
+    // skip the next call's LDTILECFG after other code on it released them.
+    struct ReleaseTiles {
+      ~ReleaseTiles() {
+        amx_release();
+      }
+    } release_tiles;
     for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t ng = t % ngroups;
       const int64_t mc = t / ngroups;
@@ -630,7 +640,6 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
         vnni_item(p, output_dtype);
       }
     }
-    amx_release();
   });
 }
 #endif

@@ -23,7 +23,7 @@
 #pragma once
 
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
-// in the spec's order, so that all of them give the same bits. These pragmas forbid
+// in the op's order, so that all of them give the same bits. These pragmas forbid
 // FMA contraction for the functions defined after them, so that a build with a
 // compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
 // honours the pragma unless -ffp-contract=fast is given explicitly).
@@ -107,6 +107,8 @@ struct AmxParams {
   int64_t ldo;  // in elements
 };
 #if defined(DA8W4_HAVE_AMX)
+// Rows per AMX m tile (two 16-row tiles).
+constexpr int64_t kTileM = 32;
 // False (nothing written) when some zw of the item is below -112.
 bool gemm_amx(const AmxParams& p);
 // The k bytes per tile row for a k block of BK (a multiple of 4 dividing BK, <= 64).

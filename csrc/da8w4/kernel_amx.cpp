@@ -39,7 +39,6 @@ namespace {
 #define kA1 5
 #define kB0 6
 #define kB1 7
-constexpr int64_t kTileM = 32;  // rows per m tile (two 16-row tiles)
 
 struct alignas(64) TileConfig {
   uint8_t palette_id;
@@ -316,7 +315,7 @@ struct Pending {
 };
 
 // acc[r][0:32] += (float(P) * sa[r]) * sw for the R rows of the m tile, where
-// P = C - za[r] * comp (asymmetric) or C (symmetric): the spec's per-k-block update,
+// P = C - za[r] * comp (asymmetric) or C (symmetric): the op's per-k-block update,
 // in its order (the same IEEE operations as every other path).
 //
 // kFloatZp (asymmetric, the usual case): float(P) is computed as one FMA,
@@ -453,8 +452,7 @@ bool gemm_impl(const AmxParams& p) {
   const int64_t ncols = p.nblk * kBlockN;
   // Several m tiles: unpack the item's whole weight panel once (kept in L2) and reuse it
   // for every m tile. One m tile: unpack each (N block, k block) tile just before use,
-  // alternating between two buffers so that unpacking block i does not overwrite
-  // bytes the tile loads of block i - 1 may still be reading.
+  // into three rotating buffers (see m_tile: no tile load reads bytes just stored).
   const bool whole_panel = p.M > kTileM;
   int8_t* panel = reinterpret_cast<int8_t*>(
       grow(s.panel, s.panel_bytes, whole_panel ? p.nblk * Kc * tile_bytes : 3 * tile_bytes));

@@ -18,11 +18,9 @@ inline int32_t load4(const uint8_t* p) {
 }
 
 // Software prefetch distances, in bytes ahead of the k block being computed. At small M
-// the kernel streams the packed weight, scales and compensation from DRAM with little
-// work per byte; the hardware prefetcher alone left one core at ~25 GB/s (gate/up,
-// M=1) against ~38 GB/s for a plain read, because each miss stalls the compute that
-// could overlap it. Measured on Zen 5 (gate/up M=1, one thread: 3.1 -> 2.4 ms, the
-// DRAM read rate); 2-4 KiB is a few hundred ns of DRAM traffic at that rate. Reading
+// the kernel streams the packed weight, scales and compensation from memory with little
+// work per byte, and with the hardware prefetcher alone each miss stalls the compute
+// that could overlap it; 2-4 KiB is a few hundred ns of DRAM traffic per core. Reading
 // past the end of a tile prefetches the next N block, which this thread computes next
 // (or, past the tensor, nothing: prefetches do not fault).
 constexpr int64_t kPrefetchWeight = 4096;
@@ -71,16 +69,12 @@ inline void prefetch_ahead(const TileParams& p, int64_t c, int64_t g) {
 // The fp32 accumulators of all R rows (2 zmm per row) stay in registers across the k
 // blocks and are stored once at the end: with 4 rows, 8 fp32 + 8 int32 accumulators
 // and the per-block operands fit the 32 zmm registers. The fp32 operations and their
-// order are those of the spec (and of the scalar path), so the result is
+// order are those of the op's math (and of the scalar path), so the result is
 // bit-identical. With fewer than 4 rows the int32 dot products of even and odd k4 go
 // to separate accumulators (summed at the end of the block: exact), so that the
-// vpdpbusd latency chains do not limit the loop.
-//
-// This replaced 8-row blocks that loaded and stored the fp32 output once per k block
-// and shared one nibble unpacking per k block between row blocks: re-unpacking per
-// 4 rows (3 ops per 64 weight bytes) is cheaper than that load/store traffic. Measured
-// on Zen 5, one thread, QKV N=6144: M=16 3.0 -> 2.0 ms, M=64 10.0 -> 7.2 ms, M=512
-// 81 -> 58 ms.
+// vpdpbusd latency chains do not limit the loop. Re-unpacking the nibbles per 4 rows
+// (3 ops per 64 weight bytes) costs less than storing and reloading the fp32 output
+// once per k block, which sharing one unpacking between more rows would need.
 constexpr int kRegRows = 4;
 
 template <bool kSym, int R>

@@ -65,7 +65,7 @@ namespace {
 //     compensation   int32 [Nc, Kc, 32]  sum over k in block c of (w[n, k] - zp[n, g(c)])
 
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
-// in the spec's order, so that all of them give the same bits. These pragmas forbid
+// in the op's order, so that all of them give the same bits. These pragmas forbid
 // FMA contraction for the functions defined after them, so that a build with a
 // compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
 // honours the pragma unless -ffp-contract=fast is given explicitly).
@@ -144,6 +144,8 @@ struct AmxParams {
   int64_t ldo;  // in elements
 };
 #if defined(DA8W4_HAVE_AMX)
+// Rows per AMX m tile (two 16-row tiles).
+constexpr int64_t kTileM = 32;
 // False (nothing written) when some zw of the item is below -112.
 bool gemm_amx(const AmxParams& p);
 // The k bytes per tile row for a k block of BK (a multiple of 4 dividing BK, <= 64).
@@ -221,11 +223,9 @@ inline int32_t load4(const uint8_t* p) {
 }
 
 // Software prefetch distances, in bytes ahead of the k block being computed. At small M
-// the kernel streams the packed weight, scales and compensation from DRAM with little
-// work per byte; the hardware prefetcher alone left one core at ~25 GB/s (gate/up,
-// M=1) against ~38 GB/s for a plain read, because each miss stalls the compute that
-// could overlap it. Measured on Zen 5 (gate/up M=1, one thread: 3.1 -> 2.4 ms, the
-// DRAM read rate); 2-4 KiB is a few hundred ns of DRAM traffic at that rate. Reading
+// the kernel streams the packed weight, scales and compensation from memory with little
+// work per byte, and with the hardware prefetcher alone each miss stalls the compute
+// that could overlap it; 2-4 KiB is a few hundred ns of DRAM traffic per core. Reading
 // past the end of a tile prefetches the next N block, which this thread computes next
 // (or, past the tensor, nothing: prefetches do not fault).
 constexpr int64_t kPrefetchWeight = 4096;
@@ -259,16 +259,12 @@ inline void prefetch_ahead(const TileParams& p, int64_t c, int64_t g) {
 // The fp32 accumulators of all R rows (2 zmm per row) stay in registers across the k
 // blocks and are stored once at the end: with 4 rows, 8 fp32 + 8 int32 accumulators
 // and the per-block operands fit the 32 zmm registers. The fp32 operations and their
-// order are those of the spec (and of the scalar path), so the result is
+// order are those of the op's math (and of the scalar path), so the result is
 // bit-identical. With fewer than 4 rows the int32 dot products of even and odd k4 go
 // to separate accumulators (summed at the end of the block: exact), so that the
-// vpdpbusd latency chains do not limit the loop.
-//
-// This replaced 8-row blocks that loaded and stored the fp32 output once per k block
-// and shared one nibble unpacking per k block between row blocks: re-unpacking per
-// 4 rows (3 ops per 64 weight bytes) is cheaper than that load/store traffic. Measured
-// on Zen 5, one thread, QKV N=6144: M=16 3.0 -> 2.0 ms, M=64 10.0 -> 7.2 ms, M=512
-// 81 -> 58 ms.
+// vpdpbusd latency chains do not limit the loop. Re-unpacking the nibbles per 4 rows
+// (3 ops per 64 weight bytes) costs less than storing and reloading the fp32 output
+// once per k block, which sharing one unpacking between more rows would need.
 constexpr int kRegRows = 4;
 
 template <bool kSym, int R>
@@ -445,7 +441,6 @@ namespace {
 #define kA1 5
 #define kB0 6
 #define kB1 7
-constexpr int64_t kTileM = 32;  // rows per m tile (two 16-row tiles)
 
 struct alignas(64) TileConfig {
   uint8_t palette_id;
@@ -665,7 +660,7 @@ struct Pending {
 };
 
 // acc[r][0:32] += (float(P) * sa[r]) * sw for the R rows of the m tile, where
-// P = C - za[r] * comp (asymmetric) or C (symmetric): the spec's per-k-block update,
+// P = C - za[r] * comp (asymmetric) or C (symmetric): the op's per-k-block update,
 // in its order (the same IEEE operations as every other path).
 //
 // kFloatZp (asymmetric, the usual case): float(P) is computed as one FMA,
@@ -802,8 +797,7 @@ bool gemm_impl(const AmxParams& p) {
   const int64_t ncols = p.nblk * kBlockN;
   // Several m tiles: unpack the item's whole weight panel once (kept in L2) and reuse it
   // for every m tile. One m tile: unpack each (N block, k block) tile just before use,
-  // alternating between two buffers so that unpacking block i does not overwrite
-  // bytes the tile loads of block i - 1 may still be reading.
+  // into three rotating buffers (see m_tile: no tile load reads bytes just stored).
   const bool whole_panel = p.M > kTileM;
   int8_t* panel = reinterpret_cast<int8_t*>(
       grow(s.panel, s.panel_bytes, whole_panel ? p.nblk * Kc * tile_bytes : 3 * tile_bytes));
@@ -1156,7 +1150,9 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 // neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the
 // slowest thread took several times as long as the fastest on equal work on an AMX host.
 // ---------------------------------------------------------------------------
+#if defined(DA8W4_HAVE_AMX)
 constexpr int64_t kAmxItemsPerThread = 8;
+#endif
 
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
 // returns the thread's next item in [0, n), or -1 when none is left. Items are taken
@@ -1276,7 +1272,6 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
              const uint8_t* w, const float* sw, const int8_t* zw, const int32_t* comp,
              const float* bias, int64_t Nc, int64_t Kc, int64_t BK, int64_t G, bool symmetric,
              at::ScalarType output_dtype, at::Tensor& y) {
-  constexpr int64_t kTileM = 32;
   const int64_t N = Nc * kBlockN;
   const int64_t threads = at::get_num_threads();
   const int64_t mtiles = (M + kTileM - 1) / kTileM;
@@ -1336,6 +1331,14 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       : output_dtype == at::kBFloat16             ? OutKind::kBFloat16
                                                   : OutKind::kHalf;
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
+    // The tile state is released however the worker leaves: grow() or vnni_item may throw
+    // after an item has configured the tiles, and a thread that kept them configured would
+    // skip the next call's LDTILECFG after other code on it released them.
+    struct ReleaseTiles {
+      ~ReleaseTiles() {
+        amx_release();
+      }
+    } release_tiles;
     for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t ng = t % ngroups;
       const int64_t mc = t / ngroups;
@@ -1366,7 +1369,6 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
         vnni_item(p, output_dtype);
       }
     }
-    amx_release();
   });
 }
 #endif
