@@ -245,13 +245,37 @@ def render(csrc: Path) -> str:
     registrations = [k for k, line in enumerate(code) if line.startswith(REGISTRATION)]
     if len(registrations) != 1:
         raise PatchsetError(csrc / "da8w4", f"expected one {REGISTRATION}...) block, found {len(registrations)}")
-    # everything but the registration in an anonymous namespace: nothing the file defines is visible to (or
-    # interposable by) the other files of torchao._C
+    # everything but the registration in one anonymous namespace: nothing the file defines is visible to (or
+    # interposable by) the other files of torchao._C; the sources' own anonymous namespaces would nest in it
     r = registrations[0]
-    code = ["namespace {", "", *code[:r], "}  // namespace", "", *code[r:]]
+    body = _join_namespaces([x for x in code[:r] if x not in (ANON_OPEN, ANON_CLOSE)])
+    code = [ANON_OPEN, "", *body, ANON_CLOSE, "", *code[r:]]
     out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), "", *code]
     text = "\n".join(out).rstrip("\n") + "\n"
     return re.sub(r"\n{3,}", "\n\n", text)
+
+
+ANON_OPEN = "namespace {"
+ANON_CLOSE = "}  // namespace"
+NS_OPEN = "namespace da8w4 {"
+NS_CLOSE = "}  // namespace da8w4"
+
+
+def _join_namespaces(lines: list[str]) -> list[str]:
+    """``namespace da8w4`` closed and opened again with only blank lines between (one file's end, the next one's
+    start) stays open instead."""
+    out: list[str] = []
+    for line in lines:
+        if line == NS_OPEN:
+            k = len(out)
+            while k and not out[k - 1].strip():
+                k -= 1
+            if k and out[k - 1] == NS_CLOSE:
+                del out[k - 1:]
+                out.append("")
+                continue
+        out.append(line)
+    return out
 
 
 def _order_includes(lines: list[str]) -> list[str]:

@@ -124,6 +124,10 @@ def test_port_is_one_self_contained_file():
     # the layout comment of kernel.h stays, its note on our translation units goes
     assert "// Packed weight layout" in port and "ISA translation units" not in port
     assert "TORCH_LIBRARY_IMPL(torchao, CPU, m)" in port
+    # one anonymous namespace around everything but the registration (the sources' own ones would nest in it),
+    # and namespace da8w4 not closed just to be opened again
+    assert port.count("namespace {\n") == 1 and port.index("namespace {\n") < port.index("namespace da8w4 {")
+    assert not re.search(r"^}  // namespace da8w4\n+namespace da8w4 \{", port, re.M)
     depth = 0
     for line in port.splitlines():
         if re.match(r"\s*#\s*if", line):

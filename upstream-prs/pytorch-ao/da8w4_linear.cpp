@@ -158,10 +158,6 @@ void pack_a_amx(const uint8_t* a, int64_t lda, int64_t rows, int64_t K, int64_t 
 void amx_release();
 #endif
 
-}  // namespace da8w4
-
-namespace da8w4 {
-
 void tile_scalar(const TileParams& p) {
   for (int64_t m = 0; m < p.rows; ++m) {
     float* out = p.out + m * p.ldo;
@@ -214,7 +210,6 @@ void tile_scalar(const TileParams& p) {
 #endif
 
 namespace da8w4 {
-namespace {
 
 inline int32_t load4(const uint8_t* p) {
   int32_t v;
@@ -394,8 +389,6 @@ void tile_impl(const TileParams& p) {
   }
 }
 
-}  // namespace
-
 void tile_avx512vnni(const TileParams& p) {
   if (p.symmetric) {
     tile_impl<true>(p);
@@ -422,7 +415,6 @@ void tile_avx512vnni(const TileParams& p) {
 #endif
 
 namespace da8w4 {
-namespace {
 
 // ---------------------------------------------------------------------------
 // Tile register allocation (8 tiles):
@@ -861,8 +853,6 @@ bool gemm_impl(const AmxParams& p) {
 #undef kB0
 #undef kB1
 
-}  // namespace
-
 bool gemm_amx(const AmxParams& p) {
   return p.symmetric ? gemm_impl<true>(p) : gemm_impl<false>(p);
 }
@@ -899,7 +889,6 @@ void amx_release() {
 #endif  // defined(DA8W4_HAVE_AMX)
 
 namespace da8w4 {
-namespace {
 
 // ---------------------------------------------------------------------------
 // ISA selection: the best supported at run time.
@@ -1587,7 +1576,6 @@ at::Tensor da8w4_linear_cpu(
   return y;
 }
 
-}  // namespace
 }  // namespace da8w4
 
 }  // namespace
