@@ -682,10 +682,11 @@ at::Tensor da8w4_linear_cpu(
   const int64_t N = Nc * kBlockN;
   const int64_t K = Kc * BK;
   TORCH_CHECK(
-      BK > 0 && BK % 4 == 0,
+      BK > 0 && BK % 4 == 0 && BK <= 128,
       "da8w4_linear_cpu: the k block weight.size(2)=",
       num(BK),
-      " must be a positive multiple of 4 (weights from da8w4_linear_prepack_cpu)");
+      " must be a positive multiple of 4, at most 128 (weights from da8w4_linear_prepack_cpu); the int32 block "
+      "products are exact only up to that");
   TORCH_CHECK(
       input.size(-1) == K,
       "da8w4_linear_cpu: input.size(-1)=",

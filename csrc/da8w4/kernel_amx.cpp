@@ -126,7 +126,8 @@ inline void tile_release() {
 #endif
 
 // Per-thread scratch: the unpacked weight panel, the fp32 accumulators and the int32
-// tile results, grown on demand and kept for the thread's lifetime.
+// tile results, grown on demand and kept for the thread's lifetime: at most an item's
+// panel (1 MiB by run_amx's blocking, K * 32 bytes where K > 32768) and under 32 KiB more.
 struct Scratch {
   struct Free {
     void operator()(void* p) const { std::free(p); }

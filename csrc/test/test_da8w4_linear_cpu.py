@@ -364,6 +364,7 @@ class TestDa8w4Linear(TestCase):
             (dict(input_scales=sa.double()), "input_scales of dtype Float"),
             (dict(weight=pw.reshape(2, 4, 64, 8)), r"weight.size\(3\) \* 2 must be the block size 32"),
             (dict(weight=pw.reshape(2, 4, -1)), "expected a prepacked uint8 weight"),
+            (dict(weight=torch.zeros(2, 1, 256, 16, dtype=torch.uint8)), r"weight.size\(2\)=256 must be .* at most 128"),
             (dict(weight_scales=ps[:1]), "expected weight_scales of shape"),
             (dict(weight_qzeros=pz.int()), "weight_qzeros of dtype Char"),
             (dict(compensation=pc[:, :2]), "expected compensation of shape"),

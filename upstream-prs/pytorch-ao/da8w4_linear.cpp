@@ -463,7 +463,8 @@ inline void tile_release() {
   } while (0)
 
 // Per-thread scratch: the unpacked weight panel, the fp32 accumulators and the int32
-// tile results, grown on demand and kept for the thread's lifetime.
+// tile results, grown on demand and kept for the thread's lifetime: at most an item's
+// panel (1 MiB by run_amx's blocking, K * 32 bytes where K > 32768) and under 32 KiB more.
 struct Scratch {
   struct Free {
     void operator()(void* p) const { std::free(p); }
@@ -1400,10 +1401,11 @@ at::Tensor da8w4_linear_cpu(
   const int64_t N = Nc * kBlockN;
   const int64_t K = Kc * BK;
   TORCH_CHECK(
-      BK > 0 && BK % 4 == 0,
+      BK > 0 && BK % 4 == 0 && BK <= 128,
       "da8w4_linear_cpu: the k block weight.size(2)=",
       num(BK),
-      " must be a positive multiple of 4 (weights from da8w4_linear_prepack_cpu)");
+      " must be a positive multiple of 4, at most 128 (weights from da8w4_linear_prepack_cpu); the int32 block "
+      "products are exact only up to that");
   TORCH_CHECK(
       input.size(-1) == K,
       "da8w4_linear_cpu: input.size(-1)=",
