@@ -190,15 +190,17 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths) -> lis
         if measured is None:
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
+        # the names of the PR's own files are no longer this repo's alone
+        fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path, _, _ in copies})
         for path, source, _ in copies:
             (d / "files" / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / source, d / "files" / path)
-            findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()), fork,
-                                              None)
+            findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()),
+                                              fork_here, None)
         text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
                            [(path, what) for path, _, what in copies])
         (d / "PR.md").write_text(text)
-        findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork, None)
+        findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork_here, None)
         progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(path for path, _, _ in copies)}), "
                  f"{fp.name}/PR.md")
     return findings

@@ -385,7 +385,8 @@ def test_file_pr_adds_files(fake_generated, tmp_path, monkeypatch):
     fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
     (fp.root / "upstream-prs/test_gamma_kernel.py").write_text("def test_gamma():\n    assert True\n")
     add = 'add = [{path = "test/test_gamma_kernel.py", source = "upstream-prs/test_gamma_kernel.py"}]\n'
-    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\n' + add))
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\n' + add)
+                .replace("The kernel, whole.", "The kernel, whole; `test_gamma_kernel.py` tests it."))
     out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
     d = out / "gamma-kernel"
     assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
@@ -393,6 +394,7 @@ def test_file_pr_adds_files(fake_generated, tmp_path, monkeypatch):
     assert (d / "files/test/test_gamma_kernel.py").read_text() == "def test_gamma():\n    assert True\n"
     pr = (d / "PR.md").read_text()
     assert "- `fakeao/csrc/gamma_kernel.cpp`: replaces fakeao 1.0's file whole\n- `test/test_gamma_kernel.py`: new" in pr
+    assert "`test_gamma_kernel.py` tests it" in pr  # the PR's own file, not one of this repo's alone
     (fp.root / "upstream-prs/test_gamma_kernel.py").unlink()
     with pytest.raises(PatchsetError, match="test_gamma_kernel.py: missing"):
         export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out2", names=["inductor-gamma"])
