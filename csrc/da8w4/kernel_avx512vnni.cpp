@@ -3,7 +3,6 @@
 // called after a run-time CPU check. Must not include torch headers (see kernel.h).
 #include <immintrin.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "kernel.h"
@@ -26,26 +25,11 @@ inline int32_t load4(const uint8_t* p) {
 constexpr int64_t kPrefetchWeight = 4096;
 constexpr int64_t kPrefetchScales = 2048;
 
-#if defined(DA8W4_TUNING)
-// For benchmarks: DA8W4_PREFETCH_WEIGHT overrides the weight's distance; read once.
-int64_t prefetch_weight() {
-  static const int64_t v = [] {
-    const char* env = std::getenv("DA8W4_PREFETCH_WEIGHT");
-    return env && env[0] ? std::atoll(env) : kPrefetchWeight;
-  }();
-  return v;
-}
-#endif
-
 // Prefetches the lines `dist` bytes ahead of k block c's weight, and of its group's
 // scales and its compensation (the latter only when used).
 template <bool kSym>
 inline void prefetch_ahead(const TileParams& p, int64_t c, int64_t g) {
-#if defined(DA8W4_TUNING)
-  const char* wt = reinterpret_cast<const char*>(p.w + c * p.BK * 16) + prefetch_weight();
-#else
   const char* wt = reinterpret_cast<const char*>(p.w + c * p.BK * 16) + kPrefetchWeight;
-#endif
   for (int64_t off = 0; off < p.BK * 16; off += 64) {
     _mm_prefetch(wt + off, _MM_HINT_T0);
   }
