@@ -43,6 +43,10 @@ SECTIONS = (
     ("da8w4_linear_cpu.cpp", None),
 )
 REGISTRATION = "TORCH_LIBRARY_IMPL(torchao, CPU"
+ANON_OPEN = "namespace {"
+ANON_CLOSE = "}  // namespace"
+NS_OPEN = "namespace da8w4 {"
+NS_CLOSE = "}  // namespace da8w4"
 # Switches of our build that the port resolves as undefined.
 UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2")
 
@@ -76,6 +80,7 @@ ISA_MACROS = """\
 
 _IF = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)")
 _OPENS = ("if", "ifdef", "ifndef")
+_INCLUDE = re.compile(r"\s*#\s*include\s*([<\"])(.*)[>\"]")
 
 
 def _depth_change(m: re.Match[str] | None) -> int:
@@ -83,7 +88,6 @@ def _depth_change(m: re.Match[str] | None) -> int:
     if m is None:
         return 0
     return 1 if m.group(1) in _OPENS else -1 if m.group(1) == "endif" else 0
-_INCLUDE = re.compile(r"\s*#\s*include\s*([<\"])(.*)[>\"]")
 
 
 def _resolved(kind: str, cond: str, where: str) -> bool | None:
@@ -253,12 +257,6 @@ def render(csrc: Path) -> str:
     out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), "", *code]
     text = "\n".join(out).rstrip("\n") + "\n"
     return re.sub(r"\n{3,}", "\n\n", text)
-
-
-ANON_OPEN = "namespace {"
-ANON_CLOSE = "}  // namespace"
-NS_OPEN = "namespace da8w4 {"
-NS_CLOSE = "}  // namespace da8w4"
 
 
 def _join_namespaces(lines: list[str]) -> list[str]:
