@@ -2,27 +2,19 @@
 ``cat_linear``: ``mm(cat(parts, -1), W^T)`` lowered without the cat.
 
 ``linear(cat([x0, x1, ...], -1), W, b)`` reaches the post-grad graphs as
-``addmm(b, cat(parts, 1), permute(W))`` (through a ``view`` to 2-D for 3-D
-parts).  It is one GEMM whose input is split along K, so the pieces can be
-read where they live instead of being copied into a cat buffer first.  The
-lowering pattern registered here (in ``post_grad.py``, like ``mm_plus_mm``)
-hands such a site to ``kernel/cat_linear.py``:
+``addmm(b, cat(parts, 1), permute(W))`` (through a ``view`` for 3-D parts):
+one GEMM split along K, whose pieces can be read where they live.  The
+lowering patterns registered here (from ``post_grad.py``, like
+``mm_plus_mm``) hand such a site to ``kernel/cat_linear.py`` where
+``can_fuse_cat_mm`` says it is exact (structure, shapes, dtypes; below
+autograd the graph is functional and the partitioner has settled what the
+backward saves) and ``should_fuse_cat_mm`` says it pays
+(``cat_linear_fused_cost.decide``, analytic).
 
-* ``can_fuse_cat_mm`` says whether the site is one: structure, shapes,
-  dtypes.  Below autograd nothing else needs proving: the graph is
-  functional, grad mode and aliasing are settled, and the partitioner has
-  already decided what the backward saves (a cat it saves has another user
-  and stays).  A cat read by several GEMMs (two heads on one cat, or two
-  equal cats merged by CSE) is taken only where every one of them is.
-* ``should_fuse_cat_mm`` says whether it pays, analytically
-  (``cat_linear_fused_cost.decide``): nothing is compiled or timed at compile
-  time; under ``max_autotune`` the sites that can gain go to autotuning.
-
-``pre_grad_fusion_options["cat_linear"]`` turns it on (``{}``); its
-``"form"`` forces ``"mm"`` (the in-place template), ``"view"`` (a chain of
-per-piece GEMMs) or ``"off"``.  Every site taken bumps
-``counters["inductor"]["cat_linear"]``; every site declined is logged with
-its reason and counted under ``cat_linear_<reason>``.
+``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
+forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
+A site taken bumps ``counters["inductor"]["cat_linear"]``, a site declined
+``cat_linear_<reason>``, with its reason logged.
 """
 
 from __future__ import annotations
@@ -95,8 +87,7 @@ def _val(node: Any) -> torch.Tensor | None:
 
 
 def hint(size: Any) -> int:
-    """A size's value at trace time, without a guard (Inductor's fallback for
-    an unbacked one)."""
+    """A size's value at trace time, without a guard."""
     return optimization_hint(size, fallback=config.unbacked_symint_fallback)
 
 
@@ -106,10 +97,8 @@ _GATHERS = (aten.index.Tensor, aten.index_select.default, aten.embedding.default
 
 def _is_fused_producer(node: torch.fx.Node) -> bool:
     """A single-user pointwise op or gather: stock writes it straight into
-    the cat, and the template can compute it in its loads (a prologue).  One
-    with other readers (EdgeConv's ``x_i``, read by the cat and by
-    ``x_j - x_i``) is not: the scheduler fuses it with those readers'
-    kernels first, and then into no template."""
+    the cat, and the template can compute it in its loads.  (One with other
+    readers is fused with them first, and then into no template.)"""
     target = node.target
     return (
         node.op == "call_function"
@@ -122,67 +111,55 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
 def _parts(match: Match) -> list[torch.fx.Node] | None:
     """The cat's parts, None unless every one is a graph node."""
     parts = match.kwargs["parts"]
-    if not isinstance(parts, (list, tuple)) or not all(
+    nodes = isinstance(parts, (list, tuple)) and all(
         isinstance(p, torch.fx.Node) for p in parts
-    ):
-        return None
-    return list(parts)
+    )
+    return list(parts) if nodes else None
 
 
-def cat_chain(gemm: torch.fx.Node) -> list[torch.fx.Node]:
-    """The GEMM's input: the cat, or the view of it and the cat."""
+_VIEWS = (aten.view.default, aten.reshape.default)
+
+
+def gemm_cat(gemm: torch.fx.Node) -> Any:
+    """What an ``mm``/``addmm`` reads as its input, through a view."""
     lhs = gemm.args[1 if gemm.target is aten.addmm.default else 0]
-    assert isinstance(lhs, torch.fx.Node)
-    if lhs.target is aten.cat.default:
-        return [lhs]
-    cat = lhs.args[0]
-    assert isinstance(cat, torch.fx.Node)
-    return [lhs, cat]
+    is_view = isinstance(lhs, torch.fx.Node) and lhs.target in _VIEWS
+    return lhs.args[0] if is_view else lhs  # type: ignore[union-attr]
 
 
 def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes that read ``cat``, directly or through a view."""
     readers: list[torch.fx.Node] = []
     for user in cat.users:
-        is_view = user.target in (aten.view.default, aten.reshape.default)
-        readers.extend(user.users if is_view else [user])
+        readers.extend(user.users if user.target in _VIEWS else [user])
     return readers
 
 
 def _gemm_users(
     gemm: torch.fx.Node, weight_grads: Collection[torch.fx.Node]
 ) -> list[torch.fx.Node] | None:
-    """The other GEMMs that read ``gemm``'s cat as their input (directly or
-    through a view); None where anything else reads it."""
-    cat = cat_chain(gemm)[-1]
+    """The other GEMMs that read ``gemm``'s cat as their input; None where
+    anything else reads it."""
+    cat = gemm_cat(gemm)
     readers = cat_readers(cat)
     gemms = [u for u in readers if u is not gemm and u not in weight_grads]
     for user in gemms:
         if user.target not in (aten.mm.default, aten.addmm.default):
             return None
-        lhs = user.args[1 if user.target is aten.addmm.default else 0]
-        if lhs is not cat and not (
-            isinstance(lhs, torch.fx.Node) and lhs.args and lhs.args[0] is cat
-        ):
+        if gemm_cat(user) is not cat:
             return None  # it reads the cat as mat2 (a weight gradient)
     return gemms
 
 
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
-    """Whether ``mm_plus_mm``'s pattern (a sum of two ``mm``, under
-    ``max_autotune``), matched at the ``add`` before this one, takes it."""
-    autotune = config.max_autotune or config.max_autotune_gemm
-    return (
-        autotune
-        and gemm.target is aten.mm.default
-        and any(
-            user.target is aten.add.Tensor
-            and all(
-                isinstance(a, torch.fx.Node) and a.target is aten.mm.default
-                for a in user.args
-            )
-            for user in gemm.users
-        )
+    """Whether ``mm_plus_mm``'s pattern (under ``max_autotune``) takes it."""
+    if not (config.max_autotune or config.max_autotune_gemm):
+        return False
+    mm = aten.mm.default
+    return gemm.target is mm and any(
+        user.target is aten.add.Tensor
+        and all(getattr(a, "target", None) is mm for a in user.args)
+        for user in gemm.users
     )
 
 
@@ -203,8 +180,7 @@ def taken(
     decline: Decline = _quiet,
 ) -> bool:
     """Whether the lowering takes this site, the other GEMMs on its cat aside
-    (asked without counting, unless ``decline`` counts); ``weight_grads`` as
-    in ``can_fuse_cat_mm``."""
+    (without counting, unless ``decline`` counts)."""
     gemm = match.output_node()
     if summed_by_mm_plus_mm(gemm):
         return decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
@@ -223,16 +199,13 @@ def can_fuse_cat_mm(
     decline: Decline = _decline,
     siblings: bool = True,
 ) -> bool:
-    """Is ``mm(cat(parts, -1), mat2)`` (or ``addmm``, or through a view of a
-    3-D cat to 2-D) a site the lowering computes exactly?  ``weight_grads``:
-    readers of the cat to disregard (weight gradients that a joint-graph pass
-    is about to compute per piece); ``decline``: what a decline does;
-    ``siblings``: whether other GEMMs reading the same cat must be taken too
-    (False while asking about one of them)."""
+    """Is this ``mm``/``addmm`` of a cat a site the lowering computes exactly?
+    ``weight_grads``: readers of the cat to disregard (weight gradients a
+    joint-graph pass computes per piece); ``siblings``: whether other GEMMs
+    on the cat must be taken too (a cat read by any other node stays)."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
-        # the pattern does not see addmm's keywords; the template's epilogue
-        # adds the bias unscaled (and beta=0 must ignore a NaN bias)
+        # the template adds the bias unscaled (beta=0 must ignore a NaN bias)
         return decline("scaled", "addmm with beta or alpha other than 1", gemm)
     others = _gemm_users(gemm, weight_grads)
     opts = options()
@@ -244,8 +217,8 @@ def can_fuse_cat_mm(
             for u in others
         )
     ):
-        # another user needs the cat in memory, so reading the pieces in place
-        # saves nothing (a training forward whose weight gradient reads it)
+        # another user needs the cat in memory (a training forward whose
+        # weight gradient reads it): reading the pieces in place saves nothing
         return decline("cat_users", "the cat has other users", gemm)
     parts = _parts(match)
     if parts is None:
@@ -313,8 +286,7 @@ def site(match: Match) -> cost.CatLinearSite:
 def should_fuse_cat_mm(
     match: Match, opts: dict[str, Any], decline: Decline = _decline
 ) -> cost.Decision | None:
-    """The form the site takes (and whether with prologues), or None for
-    stock."""
+    """The form the site takes, or None for stock."""
     gemm = match.output_node()
     form = opts.get("form")
     the_site = site(match)
@@ -331,14 +303,7 @@ def should_fuse_cat_mm(
             decline(decision.counter or "declined", decision.reason, gemm)
             return None
         form = decision.form
-        log.debug(
-            "cat_linear: %s %s -> %s as %s (%s)",
-            gemm,
-            the_site.widths,
-            the_site.n,
-            form,
-            decision.reason,
-        )
+        log.debug("cat_linear: %s as %s (%s)", gemm, form, decision.reason)
     else:
         decision = cost.Decision(
             form, "forced", prologues=the_site.folded if form == "mm" else ()
@@ -346,13 +311,7 @@ def should_fuse_cat_mm(
     if form == "mm":
         from ..kernel.cat_linear import why_no_template
 
-        why = why_no_template(
-            the_site.device,
-            the_site.dtype,
-            the_site.n,
-            the_site.widths,
-            loops=any(decision.prologues),
-        )
+        why = why_no_template(the_site, loops=any(decision.prologues))
         if why is not None:
             decline("no_template", why, gemm)
             return None
@@ -377,33 +336,28 @@ def _meaning(
     parts: list[torch.Tensor],
     dim: int,
     mat2: torch.Tensor,
-    form: str | None = None,
     bias: torch.Tensor | None = None,
     size: Any = None,
-    prologues: Any = None,
+    **_: Any,
 ) -> torch.Tensor:
     """What a rewritten site computes, on tensors: the FakeTensorUpdater's
-    view of the lowering's node, when a later pass changes its inputs or a
-    parent graph re-runs the cond/while_loop body it sits in."""
+    view of the node (later passes, cond/while_loop bodies re-run)."""
     lhs = torch.cat(parts, dim)
     if size is not None:
         lhs = lhs.view(size)
     return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
 
 
-def _lower(match: Match, *, mat2: Any, form: str, **kwargs: Any) -> Any:
+def _lower(
+    match: Match, *, parts: Any, mat2: Any, form: str, size: Any = None, **kwargs: Any
+) -> Any:
     if isinstance(mat2, torch.Tensor):
-        return _meaning(mat2=mat2, form=form, **kwargs)
+        return _meaning(parts=parts, mat2=mat2, size=size, **kwargs)
     from ..kernel.cat_linear import lower_cat_mm
 
-    size = kwargs.get("size")
+    rows = None if size is None else size[0]
     return lower_cat_mm(
-        form,
-        kwargs["parts"],
-        mat2,
-        kwargs.get("bias"),
-        None if size is None else size[0],
-        kwargs.get("prologues"),
+        form, parts, mat2, kwargs.get("bias"), rows, kwargs.get("prologues")
     )
 
 
@@ -411,30 +365,23 @@ def patterns() -> list[Any]:
     cat = CallFunction(
         aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=MULTIPLE
     )
-    viewed = CallFunction(
-        [aten.view.default, aten.reshape.default],
-        cat,
-        KeywordArg("size"),
-        _users=MULTIPLE,
-    )
-    patterns = []
-    for lhs in (cat, viewed):
-        patterns.append(CallFunction(aten.mm.default, lhs, KeywordArg("mat2")))
-        patterns.append(
-            CallFunction(
-                aten.addmm.default, KeywordArg("bias"), lhs, KeywordArg("mat2")
-            )
+    viewed = CallFunction(list(_VIEWS), cat, KeywordArg("size"), _users=MULTIPLE)
+    mat2, bias = KeywordArg("mat2"), KeywordArg("bias")
+    return [
+        pattern
+        for lhs in (cat, viewed)
+        for pattern in (
+            CallFunction(aten.mm.default, lhs, mat2),
+            CallFunction(aten.addmm.default, bias, lhs, mat2),
         )
-    return patterns
+    ]
 
 
 def register_cat_linear_lowerings(pass_dict: Any) -> None:
-    """Register the ``cat_linear`` lowering patterns into ``pass_dict`` (one
-    of ``post_grad.pass_patterns``)."""
+    """Register the lowering patterns into one of ``post_grad.pass_patterns``."""
     for pattern in patterns():
         register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
             _lower
         )
-    # The handler's meaning on fake tensors (register_lowering_pattern's
-    # output_metadata_fn, where the FakeTensorUpdater asks for one).
+    # the handler's meaning on fake tensors, for the FakeTensorUpdater
     _lower._inductor_lowering_output_metadata_fn = _meaning  # type: ignore[attr-defined]

@@ -177,7 +177,7 @@ def _forward_site(
     if user in backward:
         return None
     match = lowering.match_site(user)
-    if match is None or lowering.cat_chain(user)[-1] is not cat:
+    if match is None or lowering.gemm_cat(user) is not cat:
         return None
     return match
 
