@@ -273,7 +273,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--torchao-src", help="torchao source tree (or its da8w4_linear.cpp)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES),
+                        help=f"of {list(SHAPES)}, or NAME=K,N for another shape")
     parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
     parser.add_argument("--group-size", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
@@ -292,6 +293,16 @@ def main():
     parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
     parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for spec in args.shapes:
+        name, eq, kn = spec.partition("=")
+        if eq:
+            try:
+                SHAPES[spec] = tuple(int(x) for x in kn.split(","))
+                assert len(SHAPES[spec]) == 2
+            except (ValueError, AssertionError):
+                sys.exit(f"error: --shapes {spec}: expected NAME=K,N")
+        elif spec not in SHAPES:
+            sys.exit(f"error: --shapes {spec}: not one of {list(SHAPES)} (or NAME=K,N)")
     if args.worker:
         return worker(args)
     if not args.torchao_src:
