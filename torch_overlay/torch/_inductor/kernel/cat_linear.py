@@ -197,10 +197,10 @@ def tuned_cat_mm(
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
-    extern = (aten_cat_mm if inp is None else aten_cat_addmm).bind(nodes, layout)
+    extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
-        return extern.output_node()
+        return extern.bind(nodes, layout).output_node()
     prologues = prologues or ()
     loops = any(prologues)
     widths = [p.get_size()[1] for p in parts]
@@ -212,7 +212,9 @@ def tuned_cat_mm(
     epilogue: dict[str, Any] = {}
     if inp is not None:
         epilogue = dict(prefix_args=1, epilogue_fn=addmm_epilogue(layout.dtype, 1, 1))
-    choices = [extern] if autotune and use_aten_gemm_kernels() else []
+    choices = (
+        [extern.bind(nodes, layout)] if autotune and use_aten_gemm_kernels() else []
+    )
     for cfg in filter(None, configs):
         cat_mm_template.maybe_append_choice(
             choices,
@@ -224,7 +226,7 @@ def tuned_cat_mm(
             ACC_TYPE="tl.float32",
         )
     if not choices:
-        return extern.output_node()
+        return extern.bind(nodes, layout).output_node()
     if loops:
         _fold_producers(parts, prologues)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
