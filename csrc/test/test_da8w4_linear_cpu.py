@@ -182,6 +182,33 @@ class TestDa8w4Linear(TestCase):
                             got, want, atol=0, rtol=0, msg=f"{isa} m={m} gs={group_size}"
                         )
 
+    def test_thread_counts(self):
+        # Each thread takes its own range of work items, then what the others left:
+        # every item is computed exactly once whatever the thread count, including
+        # counts that do not divide the items and more threads than cores or items.
+        gen = torch.Generator().manual_seed(13)
+        k, n = 256, 7 * BN
+        w, sw, zw = make_weight(n, k, 64, gen)
+        packed = prepack(w, sw, zw)
+        bias = torch.randn(n, generator=gen)
+        before = torch.get_num_threads()
+        try:
+            for m in (1, 3, 70):
+                x, sa, za = make_activation((m,), k, False, gen)
+                want = reference_linear(x, sa, za, w, sw, zw, bias, torch.float32, False)
+                for threads in (1, 2, 3, 5, 8, 16):
+                    torch.set_num_threads(threads)
+                    for isa in ISAS:
+                        if _isa_available(isa):
+                            with force_isa(isa):
+                                got = da8w4(x, sa, za, packed, bias, torch.float32)
+                            self.assertEqual(
+                                got, want, atol=0, rtol=0,
+                                msg=f"{isa} m={m} threads={threads}",
+                            )
+        finally:
+            torch.set_num_threads(before)
+
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
         for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):

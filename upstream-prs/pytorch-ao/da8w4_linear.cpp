@@ -1135,42 +1135,67 @@ void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* name)
 }
 
 // ---------------------------------------------------------------------------
-// Work distribution. Items go to the intra-op threads from a shared counter (see
+// Work distribution. Items go to the intra-op threads as they ask for them (see
 // parallel_items), so a thread that runs slower (a vCPU sharing its core, a busy
-// neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges the
-// slowest thread took several times as long as the fastest on equal work on an AMX host.
+// neighbour) takes fewer of them: with at::parallel_for's equal contiguous ranges alone
+// the slowest thread took several times as long as the fastest on equal work on an AMX
+// host.
 // ---------------------------------------------------------------------------
 #if defined(DA8W4_HAVE_AMX)
 constexpr int64_t kAmxItemsPerThread = 8;
 #endif
 
 // Calls worker(next) once on each of up to at::get_num_threads() threads; next()
-// returns the thread's next item in [0, n), or -1 when none is left. Items are taken
-// from a shared counter in chunks: one item at a time (kOne: few large items, the AMX
-// path), or guided (kGuided: a chunk is 1 / (2 * threads) of what is left, at least
-// one item, so a thread first streams long runs of consecutive items and the last
-// grabs even the threads out). Many small items taken one at a time lost the
-// hardware prefetcher's streams: on 2 threads at M = 1-4, slower than equal ranges.
-enum class Chunks { kOne, kGuided };
+// returns the thread's next item in [0, n), or -1 when none is left.
+// kOne (few large items, the AMX path): one item at a time from a shared counter.
+// kOwned (many small items, the register-tile paths): thread t owns the t-th of
+// `threads` equal contiguous ranges and takes its items in order, then takes what is
+// left of the others' ranges, one item at a time. A thread so streams one long run of
+// consecutive items (many small items taken from a shared counter lost the hardware
+// prefetcher's streams: on 2 threads at M = 1-4, slower than equal ranges), a slower
+// thread is evened out by the others, and the same thread reads the same weight blocks
+// on every call (at::parallel_for gives OpenMP thread t the index t), so that a weight
+// that fits in the threads' L2 caches together stays there from call to call.
+enum class Chunks { kOne, kOwned };
 
 template <typename Worker>
 void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
-  std::atomic<int64_t> counter{0};
   const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    int64_t cur = 0;
-    int64_t end = 0;
+  if (chunks == Chunks::kOne) {
+    std::atomic<int64_t> counter{0};
+    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+      worker([&]() -> int64_t {
+        const int64_t i = counter.fetch_add(1, std::memory_order_relaxed);
+        return i < n ? i : -1;
+      });
+    });
+    return;
+  }
+  struct alignas(64) Range {  // one cache line each: the owner's takes stay local
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
+  std::vector<Range> ranges(threads);
+  for (int64_t t = 0; t < threads; ++t) {
+    ranges[t].next.store(t * n / threads, std::memory_order_relaxed);
+    ranges[t].end = (t + 1) * n / threads;
+  }
+  // Ranges with items left (each is closed by whoever takes its last item): a thread
+  // whose own range is done stops without reading every other range's line.
+  std::atomic<int64_t> open{threads};
+  at::parallel_for(0, threads, 1, [&](int64_t own, int64_t) {
+    int64_t r = own;  // the range taken from: its own first, then the next ones in turn
     worker([&]() -> int64_t {
-      if (cur < end) {
-        return cur++;
-      }
-      int64_t begin = counter.load(std::memory_order_relaxed);
-      while (begin < n) {
-        const int64_t take = chunks == Chunks::kOne ? 1 : std::max<int64_t>(1, (n - begin) / (2 * threads));
-        if (counter.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed)) {
-          cur = begin + 1;
-          end = begin + take;
-          return begin;
+      for (; r < own + threads && open.load(std::memory_order_relaxed) > 0; ++r) {
+        Range& range = ranges[r % threads];
+        if (range.next.load(std::memory_order_relaxed) < range.end) {
+          const int64_t i = range.next.fetch_add(1, std::memory_order_relaxed);
+          if (i == range.end - 1) {
+            open.fetch_sub(1, std::memory_order_relaxed);
+          }
+          if (i < range.end) {
+            return i;
+          }
         }
       }
       return -1;
@@ -1536,7 +1561,7 @@ at::Tensor da8w4_linear_cpu(
   constexpr int64_t kBlockM = 64;
   const int64_t Mc = (M + kBlockM - 1) / kBlockM;
   const bool fp32_out = output_dtype == at::kFloat;
-  parallel_items(Mc * Nc, Chunks::kGuided, [&](const auto& next) {
+  parallel_items(Mc * Nc, Chunks::kOwned, [&](const auto& next) {
     std::vector<float> buf(fp32_out ? 0 : kBlockM * kBlockN);
     for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t mb = t / Nc;

@@ -104,6 +104,28 @@ class TestDa8w4LinearCpuKernel(TestCase):
                 got, want, atol=0, rtol=0, msg=f"{m_shape} x {k} x {n}, gs {group_size}"
             )
 
+    def test_thread_counts(self):
+        # Each thread takes its own range of work items, then what the others left:
+        # every item is computed exactly once whatever the thread count.
+        gen = torch.Generator().manual_seed(4321)
+        w, sw, zw = make_weight(224, 256, 64, gen)
+        packed = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+        before = torch.get_num_threads()
+        try:
+            for m in (1, 3, 70):
+                x, sa, za = make_activation((m,), 256, False, gen)
+                want = reference(x, sa, za, w, sw, zw, None, torch.float, False)
+                for threads in (1, 2, 3, 5, 8, 16):
+                    torch.set_num_threads(threads)
+                    got = torch.ops.torchao.da8w4_linear_cpu(
+                        x, sa, za, *packed, None, torch.float
+                    )
+                    self.assertEqual(
+                        got, want, atol=0, rtol=0, msg=f"m={m}, {threads} threads"
+                    )
+        finally:
+            torch.set_num_threads(before)
+
     def test_prepack_rejects_bad_weights(self):
         gen = torch.Generator().manual_seed(0)
         w, sw, zw = make_weight(32, 128, 32, gen)
