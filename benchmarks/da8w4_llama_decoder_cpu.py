@@ -48,6 +48,7 @@ import time
 _T0 = time.time()  # --budget-s counts from here, before torch is imported
 
 import argparse
+import importlib.util
 import json
 import os
 import select
@@ -317,6 +318,10 @@ def main():
     args.decode = ([4] if small else [1, 4, 16]) if args.decode is None else args.decode
     args.past = args.past or (64 if small else 512)
     args.prefill = ([32] if small else [512, 2048]) if args.prefill is None else args.prefill
+    if any(VARIANTS[v][1] for v in args.variants) and importlib.util.find_spec(
+            "torch._inductor.fx_passes.da8w4_concat_linear") is None:
+        sys.exit("error: this torch has no concat-linear pass: install the patch set first "
+                 "(python -m tools install --replace)")
     os.makedirs(args.build_dir, exist_ok=True)
     notes = []
     avx512_vnni = "avx512_vnni" in open("/proc/cpuinfo").read()
