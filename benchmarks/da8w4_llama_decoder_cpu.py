@@ -24,6 +24,9 @@ different packed layouts):
   stock+ours      (--variants; added when torchao's kernel is missing) our kernel, pass off
 fusion = stock+torchao / concat+torchao, kernel = concat+torchao / concat+ours, total =
 stock+torchao / concat+ours = fusion x kernel; fusion_ours = stock+ours / concat+ours.
+  concat+ours:NAME  (--ours-variant NAME:VAR=VALUE[,...]) concat+ours with those environment
+                  variables (our build's tuning knobs, e.g. DA8W4_PREFETCH_HINT=none); the
+                  ratio NAME = concat+ours:NAME / concat+ours (above 1: the default is faster).
 
 Method: the kernels build in parallel while the workers import; each worker makes and
 quantises its model once its kernel is built. Per case the workers compile at once (not
@@ -72,6 +75,7 @@ SMALL = dict(layers=2, hidden=256, heads=4, kv_heads=2, mlp=768, vocab=1024)
 VARIANTS = {  # name: (kernel, concat-linear pass); the first one present is the reference
     "stock+torchao": ("torchao", False), "stock+ours": ("ours", False),
     "concat+torchao": ("torchao", True), "concat+ours": ("ours", True)}
+VARIANT_ENV = {}  # --ours-variant: worker name -> environment variables
 RATIOS = {"fusion": ("stock+torchao", "concat+torchao"), "kernel": ("concat+torchao", "concat+ours"),
           "total": ("stock+torchao", "concat+ours"), "fusion_ours": ("stock+ours", "concat+ours")}
 
@@ -171,7 +175,7 @@ def worker(args):
     """One variant. JSON commands on stdin; one JSON reply line each on the original stdout."""
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything else printed goes to the worker's log
-    kernel, concat = VARIANTS[args.worker]
+    kernel, concat = VARIANTS[args.worker.split(":")[0]]  # concat+ours:NAME is concat+ours
     c = SMALL if args.small else dict(FULL, layers=args.layers)
     share = max(1, (os.cpu_count() or 1) // args.n_workers)
     torch.set_num_threads(share)
@@ -251,7 +255,7 @@ class Worker:
                "--build-dir", args.build_dir, "--torchao-src", str(args.torchao_src)] + ["--small"] * args.small
         # Unbuffered: a buffered readline could take two replies at once and leave select() waiting.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "w"),
-                                     bufsize=0)
+                                     bufsize=0, env={**os.environ, **VARIANT_ENV.get(name, {})})
 
     def send(self, **cmd):
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
@@ -307,11 +311,23 @@ def main():
     p.add_argument("--small", action="store_true", help="dry run: 2 layers, hidden 256, vocab 1024, short sequences")
     p.add_argument("--build-dir", default="/tmp/da8w4_llama_decoder_cpu", help="builds, worker logs, logits")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    p.add_argument("--ours-variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                   help="one more worker: concat+ours with these environment variables (for example a tuning knob "
+                        "of our kernel's build), reported as concat+ours:NAME and NAME = its time / concat+ours's")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--n-workers", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    for spec in args.ours_variant:
+        name, _, env = spec.partition(":")
+        pairs = [kv.partition("=") for kv in env.split(",") if kv]
+        if not name or name in RATIOS or not pairs or any(not k or not eq for k, eq, _ in pairs):
+            sys.exit(f"error: --ours-variant {spec}: expected NAME:VAR=VALUE[,VAR=VALUE]")
+        VARIANTS[f"concat+ours:{name}"] = ("ours", True)
+        RATIOS[name] = (f"concat+ours:{name}", "concat+ours")
+        VARIANT_ENV[f"concat+ours:{name}"] = {k: v for k, _, v in pairs}
+        args.variants.append(f"concat+ours:{name}")
     deadline, small = _T0 + args.budget_s, args.small
     # --small: one thread, so that a busy 2-core machine does not stall the OpenMP barriers.
     args.threads = args.threads or ([1] if small else [16, 32])
