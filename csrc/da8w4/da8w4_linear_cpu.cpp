@@ -396,9 +396,10 @@ const Schedule& schedule() {
 // left of the others' ranges, one item at a time. A thread so streams one long run of
 // consecutive items (many small items taken from a shared counter lost the hardware
 // prefetcher's streams: on 2 threads at M = 1-4, slower than equal ranges), a slower
-// thread is evened out by the others, and the same thread reads the same weight blocks
-// on every call (at::parallel_for gives OpenMP thread t the index t), so that a weight
-// that fits in the threads' L2 caches together stays there from call to call.
+// thread is evened out by the others, and, in OpenMP builds at a given thread count, the
+// same thread reads the same weight blocks on every call (at::parallel_for gives OpenMP
+// thread t the index t): a weight that fits in the threads' L2 caches together can stay
+// there from call to call, as long as the threads stay on their cores.
 enum class Chunks { kOne, kOwned };
 
 template <typename Worker>

@@ -184,14 +184,18 @@ class TestDa8w4Linear(TestCase):
 
     def test_thread_counts(self):
         # Each thread takes its own range of work items, then what the others left:
-        # every item is computed exactly once whatever the thread count, including
-        # counts that do not divide the items and more threads than cores or items.
+        # every item is computed whatever the thread count, including counts that do
+        # not divide the items and more threads than cores or items. Deterministic
+        # mode fills the op's at::empty output with NaN, so an item left out shows
+        # (else a freed block of the last call could hold the right bits).
         gen = torch.Generator().manual_seed(13)
         k, n = 256, 7 * BN
         w, sw, zw = make_weight(n, k, 64, gen)
         packed = prepack(w, sw, zw)
         bias = torch.randn(n, generator=gen)
         before = torch.get_num_threads()
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
         try:
             for m in (1, 3, 70):
                 x, sa, za = make_activation((m,), k, False, gen)
@@ -208,6 +212,7 @@ class TestDa8w4Linear(TestCase):
                             )
         finally:
             torch.set_num_threads(before)
+            torch.use_deterministic_algorithms(deterministic)
 
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
