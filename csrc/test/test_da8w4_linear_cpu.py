@@ -214,6 +214,17 @@ class TestDa8w4Linear(TestCase):
             torch.set_num_threads(before)
             torch.use_deterministic_algorithms(deterministic)
 
+    def test_thread_counts_with_fewer_openmp_threads(self):
+        # OMP_THREAD_LIMIT below torch's thread count: at::parallel_for's team is
+        # smaller than the number of ranges, so a thread starts on several of them.
+        env = dict(os.environ, OMP_THREAD_LIMIT="2")
+        test = f"{type(self).__name__}.test_thread_counts"
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), test],
+            env=env, capture_output=True, text=True,
+        )
+        self.assertEqual(out.returncode, 0, msg=out.stdout + out.stderr)
+
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
         for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):
