@@ -363,10 +363,13 @@ constexpr int64_t kAmxItemsPerThread = 8;
 #if defined(DA8W4_TUNING)
 // For benchmarks: DA8W4_SCHED=static restores equal ranges and the coarser AMX items of
 // an earlier kernel, DA8W4_SCHED=guided the register-tile paths' earlier guided chunks from
-// one shared counter, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
+// one shared counter, DA8W4_SCHED=scan their ranges without the count of open ones (a
+// finished thread reads every range), and DA8W4_SCHED=dynamic:N asks for N AMX items per
+// thread; read once.
 struct Schedule {
   bool is_static = false;
   bool guided = false;  // DA8W4_SCHED=guided: the earlier guided chunks for kOwned
+  bool scan = false;    // DA8W4_SCHED=scan: kOwned without the count of open ranges
   int64_t amx_items_per_thread = 0;  // 0: kAmxItemsPerThread
 };
 
@@ -376,6 +379,8 @@ const Schedule& schedule() {
     const char* env = std::getenv("DA8W4_SCHED");
     if (env && std::strcmp(env, "guided") == 0) {
       s.guided = true;
+    } else if (env && std::strcmp(env, "scan") == 0) {
+      s.scan = true;
     } else if (env && std::strcmp(env, "static") == 0) {
       s.is_static = true;
       s.amx_items_per_thread = 2;
@@ -463,7 +468,11 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
   at::parallel_for(0, threads, 1, [&](int64_t own, int64_t) {
     int64_t r = own;  // the range taken from: its own first, then the next ones in turn
     worker([&]() -> int64_t {
+#if defined(DA8W4_TUNING)
+      for (; r < own + threads && (schedule().scan || open.load(std::memory_order_relaxed) > 0); ++r) {
+#else
       for (; r < own + threads && open.load(std::memory_order_relaxed) > 0; ++r) {
+#endif
         Range& range = ranges[r % threads];
         if (range.next.load(std::memory_order_relaxed) < range.end) {
           const int64_t i = range.next.fetch_add(1, std::memory_order_relaxed);
@@ -887,7 +896,9 @@ at::Tensor da8w4_linear_cpu(
   const int64_t Mc = (M + kBlockM - 1) / kBlockM;
   const bool fp32_out = output_dtype == at::kFloat;
   parallel_items(Mc * Nc, Chunks::kOwned, [&](const auto& next) {
-    std::vector<float> buf(fp32_out ? 0 : kBlockM * kBlockN);
+    // A tile's fp32 result before its 16-bit store: 8 KiB, on the stack (not one more
+    // malloc and free per thread and call).
+    alignas(64) float buf[kBlockM * kBlockN];
     for (int64_t t = next(); t >= 0; t = next()) {
       const int64_t mb = t / Nc;
       const int64_t nb = t % Nc;
@@ -914,13 +925,13 @@ at::Tensor da8w4_linear_cpu(
         p.ldo = N;
         fn(p);
       } else {
-        p.out = buf.data();
+        p.out = buf;
         p.ldo = kBlockN;
         fn(p);
         if (output_dtype == at::kBFloat16) {
-          store_tile(buf.data(), rows, y.data_ptr<at::BFloat16>() + m0 * N + nb * kBlockN, N);
+          store_tile(buf, rows, y.data_ptr<at::BFloat16>() + m0 * N + nb * kBlockN, N);
         } else {
-          store_tile(buf.data(), rows, y.data_ptr<at::Half>() + m0 * N + nb * kBlockN, N);
+          store_tile(buf, rows, y.data_ptr<at::Half>() + m0 * N + nb * kBlockN, N);
         }
       }
     }
