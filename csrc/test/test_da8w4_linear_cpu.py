@@ -218,12 +218,13 @@ class TestDa8w4Linear(TestCase):
         # OMP_THREAD_LIMIT below torch's thread count: at::parallel_for's team is
         # smaller than the number of ranges, so a thread starts on several of them.
         env = dict(os.environ, OMP_THREAD_LIMIT="2")
-        test = f"{type(self).__name__}.test_thread_counts"
+        test = f"{os.path.abspath(__file__)}::{type(self).__name__}::test_thread_counts"
         out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), test],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
             env=env, capture_output=True, text=True,
         )
         self.assertEqual(out.returncode, 0, msg=out.stdout + out.stderr)
+        self.assertIn("1 passed", out.stdout)
 
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
