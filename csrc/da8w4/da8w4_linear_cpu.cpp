@@ -409,6 +409,7 @@ enum class Chunks { kOne, kOwned };
 
 template <typename Worker>
 void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
+  const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
 #if defined(DA8W4_TUNING)
   if (schedule().is_static) {
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
@@ -419,7 +420,6 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
   }
   if (schedule().guided && chunks == Chunks::kOwned) {
     std::atomic<int64_t> counter{0};
-    const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
     at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
       int64_t cur = 0;
       int64_t end = 0;
@@ -442,7 +442,6 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
     return;
   }
 #endif
-  const int64_t threads = std::min<int64_t>(n, at::get_num_threads());
   if (chunks == Chunks::kOne) {
     std::atomic<int64_t> counter{0};
     at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
