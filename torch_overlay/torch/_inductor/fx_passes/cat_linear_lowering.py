@@ -20,7 +20,7 @@ A site taken bumps ``counters["inductor"]["cat_linear"]``, a site declined
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -108,15 +108,6 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     )
 
 
-def _parts(match: Match) -> list[torch.fx.Node] | None:
-    """The cat's parts, None unless every one is a graph node."""
-    parts = match.kwargs["parts"]
-    nodes = isinstance(parts, (list, tuple)) and all(
-        isinstance(p, torch.fx.Node) for p in parts
-    )
-    return list(parts) if nodes else None
-
-
 _VIEWS = (aten.view.default, aten.reshape.default)
 
 
@@ -133,22 +124,6 @@ def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
     for user in cat.users:
         readers.extend(user.users if user.target in _VIEWS else [user])
     return readers
-
-
-def _gemm_users(
-    gemm: torch.fx.Node, weight_grads: Collection[torch.fx.Node]
-) -> list[torch.fx.Node] | None:
-    """The other GEMMs that read ``gemm``'s cat as their input; None where
-    anything else reads it."""
-    cat = gemm_cat(gemm)
-    readers = cat_readers(cat)
-    gemms = [u for u in readers if u is not gemm and u not in weight_grads]
-    for user in gemms:
-        if user.target not in (aten.mm.default, aten.addmm.default):
-            return None
-        if gemm_cat(user) is not cat:
-            return None  # it reads the cat as mat2 (a weight gradient)
-    return gemms
 
 
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
@@ -172,57 +147,48 @@ def match_site(gemm: torch.fx.Node) -> Match | None:
     return None
 
 
-def taken(
-    match: Match,
-    opts: dict[str, Any],
-    *,
-    weight_grads: Collection[torch.fx.Node] = (),
-    decline: Decline = _quiet,
-) -> bool:
-    """Whether the lowering takes this site, the other GEMMs on its cat aside
+def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool:
+    """Whether the lowering takes this site, its cat's other readers aside
     (without counting, unless ``decline`` counts)."""
     gemm = match.output_node()
     if summed_by_mm_plus_mm(gemm):
         return decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
     return (
-        can_fuse_cat_mm(
-            match, weight_grads=weight_grads, decline=decline, siblings=False
-        )
+        can_fuse_cat_mm(match, decline=decline, readers=False)
         and should_fuse_cat_mm(match, opts, decline=decline) is not None
     )
 
 
+def _readers_taken(gemm: torch.fx.Node) -> bool:
+    """Whether every other reader of ``gemm``'s cat is a GEMM that reads it
+    as its input and that the lowering takes too (several heads on one cat):
+    then nothing needs the cat in memory."""
+    cat, opts = gemm_cat(gemm), options() or {}
+    for user in cat_readers(cat):
+        if user is not gemm and (
+            (site := match_site(user)) is None
+            or gemm_cat(user) is not cat
+            or not taken(site, opts)
+        ):
+            return False
+    return True
+
+
 def can_fuse_cat_mm(
-    match: Match,
-    *,
-    weight_grads: Collection[torch.fx.Node] = (),
-    decline: Decline = _decline,
-    siblings: bool = True,
+    match: Match, *, decline: Decline = _decline, readers: bool = True
 ) -> bool:
     """Is this ``mm``/``addmm`` of a cat a site the lowering computes exactly?
-    ``weight_grads``: readers of the cat to disregard (weight gradients a
-    joint-graph pass computes per piece); ``siblings``: whether other GEMMs
-    on the cat must be taken too (a cat read by any other node stays)."""
+    ``readers=False``: its cat's other readers are the caller's concern (a
+    joint-graph pass that computes the weight gradients per piece)."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the template adds the bias unscaled (beta=0 must ignore a NaN bias)
         return decline("scaled", "addmm with beta or alpha other than 1", gemm)
-    others = _gemm_users(gemm, weight_grads)
-    opts = options()
-    if others is None or (
-        siblings
-        and others
-        and not all(
-            (site := match_site(u)) is not None and taken(site, opts or {})
-            for u in others
-        )
-    ):
-        # another user needs the cat in memory (a training forward whose
+    if readers and not _readers_taken(gemm):
+        # another reader needs the cat in memory (a training forward whose
         # weight gradient reads it): reading the pieces in place saves nothing
         return decline("cat_users", "the cat has other users", gemm)
-    parts = _parts(match)
-    if parts is None:
-        return decline("not_nodes", "a part is not a graph node", gemm)
+    parts = match.kwargs["parts"]
     vals = [_val(p) for p in parts]
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
     if mat2 is None or out is None or any(v is None for v in vals):
@@ -258,14 +224,9 @@ def can_fuse_cat_mm(
 
 def site(match: Match) -> cost.CatLinearSite:
     """The site as the decision sees it (sizes on their hints)."""
-    parts = _parts(match)
-    assert parts is not None
-    vals = [_val(p) for p in parts]
-    out = _val(match.output_node())
-    assert out is not None and all(v is not None for v in vals)
-    widths = tuple(v.shape[-1] for v in vals)  # type: ignore[union-attr]
-    mat2 = _val(match.kwargs["mat2"])
-    assert mat2 is not None
+    parts = match.kwargs["parts"]
+    out, mat2 = match.output_node().meta["val"], match.kwargs["mat2"].meta["val"]
+    widths = tuple(p.meta["val"].shape[-1] for p in parts)
     align = get_alignment_size_dtype(out.dtype)
     leading = hint(max(mat2.stride()))
     return cost.CatLinearSite(

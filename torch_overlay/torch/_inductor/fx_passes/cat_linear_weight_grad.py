@@ -232,7 +232,7 @@ def _check(match: Match) -> bool:
     backward = _backward(reader.graph) if forward else set()
     for user, other in forward:
         forward_site = _forward_site(user, other, backward)
-        taken = None if forward_site is None else _site_taken(forward_site, grads, opts)
+        taken = None if forward_site is None else _site_taken(forward_site, opts)
         if taken is None:
             log.debug("keeping %s: %s reads the cat and stays", reader, user)
             return False
@@ -247,12 +247,11 @@ def _check(match: Match) -> bool:
     return True
 
 
-def _site_taken(
-    match: Match, grads: list[torch.fx.Node], opts: dict[str, Any]
-) -> CatLinearSite | None:
+def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
     """The forward site as the decision sees it, where the lowering takes it
-    once ``grads`` are split; else None."""
-    if not lowering.taken(match, opts, weight_grads=grads, decline=_not_taken):
+    once the weight gradients are split (its cat's readers are checked by
+    the caller); else None."""
+    if not lowering.taken(match, opts, decline=_not_taken):
         return None
     site = lowering.site(match)
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:

@@ -236,8 +236,10 @@ def tuned_cat_mm(
 
 def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     """The same product as a chain of per-piece GEMMs on row slices of
-    ``mat2``, each adding into the last one's output."""
-    acc, start = bias, 0
+    ``mat2``, each adding into the last one's output; the bias is added to
+    the whole product, as eager's GEMM adds it (pieces that cancel do not
+    round it away)."""
+    acc, start = None, 0
     for part in parts:
         width = part.get_size()[1]
         rows = lowerings[aten.slice.Tensor](mat2, 0, start, start + width)
@@ -246,7 +248,7 @@ def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
         else:
             acc = lowerings[aten.addmm.default](acc, part, rows)
         start = start + width
-    return acc
+    return acc if bias is None else lowerings[aten.add.Tensor](acc, bias)
 
 
 def lower_cat_mm(
