@@ -22,8 +22,8 @@
 #include "kernel.h"
 
 #if defined(DA8W4_HAVE_AMX)
+#include <ATen/cpu/Utils.h>
 #include <cpuid.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
@@ -78,32 +78,18 @@ const char* isa_name(Isa isa) {
 #endif
 
 #if defined(DA8W4_HAVE_AMX)
-// AMX int8 usable: the CPU has AMX-TILE and AMX-INT8, the OS enables the tile state in
-// XCR0 (bits 17 and 18), and Linux grants this process the tile data state
-// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without it the first tile
-// instruction faults). Checked once per process.
+// AMX int8 usable: the CPU has AMX-INT8 and ATen's at::cpu::init_amx() succeeds (it
+// checks AMX-TILE and asks Linux for the tile data state, arch_prctl
+// ARCH_REQ_XCOMP_PERM, without which the first tile instruction faults). Checked once
+// per process.
 bool amx_usable() {
 #if defined(DA8W4_AMX_EMULATE)
   return true;  // tile instructions emulated in C++ (tests on CPUs without AMX)
 #else
   unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {  // OSXSAVE
-    return false;
-  }
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
-    return false;
-  }
-  if (!(edx & (1u << 24)) || !(edx & (1u << 25))) {  // AMX-TILE, AMX-INT8
-    return false;
-  }
-  unsigned xcr0_lo, xcr0_hi;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & (3u << 17)) != (3u << 17)) {  // XTILECFG, XTILEDATA
-    return false;
-  }
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  const bool amx_int8 =
+      __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 25));
+  return amx_int8 && at::cpu::init_amx();
 #endif
 }
 #endif
@@ -362,14 +348,9 @@ constexpr int64_t kAmxItemsPerThread = 8;
 
 #if defined(DA8W4_TUNING)
 // For benchmarks: DA8W4_SCHED=static restores equal ranges and the coarser AMX items of
-// an earlier kernel, DA8W4_SCHED=guided the register-tile paths' earlier guided chunks from
-// one shared counter, DA8W4_SCHED=scan their ranges without the count of open ones (a
-// finished thread reads every range), and DA8W4_SCHED=dynamic:N asks for N AMX items per
-// thread; read once.
+// an earlier kernel, and DA8W4_SCHED=dynamic:N asks for N AMX items per thread; read once.
 struct Schedule {
   bool is_static = false;
-  bool guided = false;  // DA8W4_SCHED=guided: the earlier guided chunks for kOwned
-  bool scan = false;    // DA8W4_SCHED=scan: kOwned without the count of open ranges
   int64_t amx_items_per_thread = 0;  // 0: kAmxItemsPerThread
 };
 
@@ -377,11 +358,7 @@ const Schedule& schedule() {
   static const Schedule v = [] {
     Schedule s;
     const char* env = std::getenv("DA8W4_SCHED");
-    if (env && std::strcmp(env, "guided") == 0) {
-      s.guided = true;
-    } else if (env && std::strcmp(env, "scan") == 0) {
-      s.scan = true;
-    } else if (env && std::strcmp(env, "static") == 0) {
+    if (env && std::strcmp(env, "static") == 0) {
       s.is_static = true;
       s.amx_items_per_thread = 2;
     } else if (env && std::strncmp(env, "dynamic:", 8) == 0) {
@@ -398,7 +375,9 @@ const Schedule& schedule() {
 // kOne (few large items, the AMX path): one item at a time from a shared counter.
 // kOwned (many small items, the register-tile paths): thread t owns the t-th of
 // `threads` equal contiguous ranges and takes its items in order, then takes what is
-// left of the others' ranges, one item at a time. A thread so streams one long run of
+// left of the others' ranges, one item at a time (a finished thread reads each other
+// range's line once: cheaper, measured, than keeping a shared count of open ranges that
+// every take would read). A thread so streams one long run of
 // consecutive items (many small items taken from a shared counter lost the hardware
 // prefetcher's streams: on 2 threads at M = 1-4, slower than equal ranges), a slower
 // thread is evened out by the others, and, in OpenMP builds at a given thread count, the
@@ -415,29 +394,6 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       int64_t i = begin;
       worker([&]() -> int64_t { return i < end ? i++ : -1; });
-    });
-    return;
-  }
-  if (schedule().guided && chunks == Chunks::kOwned) {
-    std::atomic<int64_t> counter{0};
-    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-      int64_t cur = 0;
-      int64_t end = 0;
-      worker([&]() -> int64_t {
-        if (cur < end) {
-          return cur++;
-        }
-        int64_t begin = counter.load(std::memory_order_relaxed);
-        while (begin < n) {
-          const int64_t take = std::max<int64_t>(1, (n - begin) / (2 * threads));
-          if (counter.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed)) {
-            cur = begin + 1;
-            end = begin + take;
-            return begin;
-          }
-        }
-        return -1;
-      });
     });
     return;
   }
@@ -461,23 +417,13 @@ void parallel_items(int64_t n, Chunks chunks, const Worker& worker) {
     ranges[t].next.store(t * n / threads, std::memory_order_relaxed);
     ranges[t].end = (t + 1) * n / threads;
   }
-  // Ranges with items left (each is closed by whoever takes its last item): a thread
-  // whose own range is done stops without reading every other range's line.
-  std::atomic<int64_t> open{threads};
   at::parallel_for(0, threads, 1, [&](int64_t own, int64_t) {
     int64_t r = own;  // the range taken from: its own first, then the next ones in turn
     worker([&]() -> int64_t {
-#if defined(DA8W4_TUNING)
-      for (; r < own + threads && (schedule().scan || open.load(std::memory_order_relaxed) > 0); ++r) {
-#else
-      for (; r < own + threads && open.load(std::memory_order_relaxed) > 0; ++r) {
-#endif
+      for (; r < own + threads; ++r) {
         Range& range = ranges[r % threads];
         if (range.next.load(std::memory_order_relaxed) < range.end) {
           const int64_t i = range.next.fetch_add(1, std::memory_order_relaxed);
-          if (i == range.end - 1) {
-            open.fetch_sub(1, std::memory_order_relaxed);
-          }
           if (i < range.end) {
             return i;
           }
