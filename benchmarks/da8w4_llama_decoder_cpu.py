@@ -25,7 +25,7 @@ different packed layouts):
 fusion = stock+torchao / concat+torchao, kernel = concat+torchao / concat+ours, total =
 stock+torchao / concat+ours = fusion x kernel; fusion_ours = stock+ours / concat+ours.
   concat+ours:NAME  (--ours-variant NAME:VAR=VALUE[,...]) concat+ours with those environment
-                  variables (our build's tuning knobs, e.g. DA8W4_PREFETCH_HINT=none); the
+                  variables (our build's tuning knobs, e.g. DA8W4_AMX_MIN_M=4); the
                   ratio NAME = concat+ours:NAME / concat+ours (above 1: the default is faster).
 
 Method: the kernels build in parallel while the workers import; each worker makes and

@@ -3,7 +3,6 @@
 // called after a run-time CPU check. Must not include torch headers (see kernel.h).
 #include <immintrin.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "kernel.h"
@@ -26,42 +25,14 @@ inline int32_t load4(const uint8_t* p) {
 constexpr int64_t kPrefetchWeight = 4096;
 constexpr int64_t kPrefetchScales = 2048;
 
-#if defined(DA8W4_TUNING)
-// For benchmarks: DA8W4_PREFETCH_HINT=t1, t2 or none prefetches the weight lines into L2,
-// into L3, or not at all, instead of into L1 (t0); read once.
-int weight_prefetch_hint() {
-  static const int v = [] {
-    const char* env = std::getenv("DA8W4_PREFETCH_HINT");
-    if (env == nullptr) {
-      return 0;
-    }
-    return std::strcmp(env, "t1") == 0 ? 1 : std::strcmp(env, "t2") == 0 ? 2 : std::strcmp(env, "none") == 0 ? 3 : 0;
-  }();
-  return v;
-}
-#endif
-
 // Prefetches the lines `dist` bytes ahead of k block c's weight, and of its group's
 // scales and its compensation (the latter only when used).
 template <bool kSym>
 inline void prefetch_ahead(const TileParams& p, int64_t c, int64_t g) {
   const char* wt = reinterpret_cast<const char*>(p.w + c * p.BK * 16) + kPrefetchWeight;
-#if defined(DA8W4_TUNING)
-  const int hint = weight_prefetch_hint();
-  for (int64_t off = 0; hint != 3 && off < p.BK * 16; off += 64) {
-    if (hint == 1) {
-      _mm_prefetch(wt + off, _MM_HINT_T1);
-    } else if (hint == 2) {
-      _mm_prefetch(wt + off, _MM_HINT_T2);
-    } else {
-      _mm_prefetch(wt + off, _MM_HINT_T0);
-    }
-  }
-#else
   for (int64_t off = 0; off < p.BK * 16; off += 64) {
     _mm_prefetch(wt + off, _MM_HINT_T0);
   }
-#endif
   const char* sw = reinterpret_cast<const char*>(p.sw + g * kBlockN) + kPrefetchScales;
   _mm_prefetch(sw, _MM_HINT_T0);
   _mm_prefetch(sw + 64, _MM_HINT_T0);
