@@ -1,10 +1,11 @@
 """Paired benchmark: how our da8w4 kernel hands work items to threads.
 
-The kernel (csrc/da8w4/da8w4_linear_cpu.cpp, ``parallel_items``) takes items one at a
-time from a shared counter on the AMX path; on the register-tile paths thread t takes
-the t-th equal range, then what the others left. ``DA8W4_SCHED=static`` gives at::parallel_for's equal contiguous ranges (the
-previous kernel's schedule) and ``DA8W4_SCHED=dynamic:N`` changes the AMX items per
-thread. The setting is read once per process, so each variant runs in its own process;
+The kernel (csrc/da8w4/da8w4_linear_cpu.cpp, ``parallel_items``) takes items one
+at a time from a shared counter on the AMX path; on the register-tile paths thread t
+takes the t-th equal range, then what the others left. ``DA8W4_SCHED=static`` gives
+at::parallel_for's equal contiguous ranges (the previous kernel's schedule) and
+``DA8W4_SCHED=dynamic:N`` changes the AMX items per thread. The setting is read once
+per process, so each variant runs in its own process;
 the processes alternate over ``--rounds`` rounds on the same seeded data, and the table
 gives the median over rounds of each process's median, the spread ((max-min)/median)
 and the ratio variant / baseline (> 1: the variant is slower).

@@ -70,6 +70,20 @@ class CatLinearSeedTest(TestCase):
             gm(**vals), F.linear(torch.cat([vals["a"], vals["b"]], -1), vals["w"])
         )
 
+    def test_fuse_cat_linear_in_graph_adds_the_bias_last(self):
+        # pieces whose products cancel: the bias is added after their sum, as
+        # the linear adds it, not rounded away into the first piece's product
+        def fn(a, b, w, bias):
+            return cat_linear(a, b, w, bias)
+
+        a, b = torch.ones(4, 16), torch.ones(4, 16)
+        w = torch.cat([torch.full((8, 16), 6.25e5), torch.full((8, 16), -6.25e5)], 1)
+        args = [a, b, w, torch.full((8,), 1.5)]
+        graph = self._traced(fn, args)
+        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 1)
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        self.assertEqual(gm(*args)[0], fn(*args), atol=0, rtol=0)
+
     def test_fuse_cat_linear_in_graph_gates(self):
         def fn(a, b, c, d, e, w1, w2, w3):
             return (

@@ -579,13 +579,16 @@ class CatLinearMatch:
 
     def _rewrite_view(self, graph: torch.fx.Graph) -> torch.fx.Node:
         acc, start = None, 0
-        for i, (part, width) in enumerate(zip(self.parts, self.widths)):
+        for part, width in zip(self.parts, self.widths):
             w = self._call(graph, torch.narrow, self.weight, 1, start, width)
-            y = self._call(graph, F.linear, part, w, self.bias if i == 0 else None)
+            y = self._call(graph, F.linear, part, w)
             acc = y if acc is None else self._call(graph, operator.add, acc, y)
             start += width
         assert acc is not None
-        return acc
+        if self.bias is None:
+            return acc
+        # after the sum, as the linear adds it: pieces that cancel keep it
+        return self._call(graph, operator.add, acc, self.bias)
 
 
 def match_cat_linear(

@@ -236,9 +236,9 @@ def tuned_cat_mm(
 
 def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
     """The same product as a chain of per-piece GEMMs on row slices of
-    ``mat2``, each adding into the last one's output; the bias is added to
-    the whole product, as eager's GEMM adds it (pieces that cancel do not
-    round it away)."""
+    ``mat2``, each adding into the last one's output; the bias is added
+    after the whole sum over K, as cuBLAS's epilogue adds it (pieces that
+    cancel do not round it away)."""
     acc, start = None, 0
     for part in parts:
         width = part.get_size()[1]
