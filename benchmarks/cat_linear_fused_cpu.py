@@ -1,5 +1,5 @@
 """Paired stock-vs-patched sweep of the ``cat_linear`` fusion on CPU: the
-measurement behind its decision there (``cat_linear_fused_cost.decide`` takes no
+measurement behind its decision there (``cat_linear_decision.decide`` takes no
 CPU site: the C++ backend writes pointwise pieces straight into the cat buffer).
 
 The same harness as ``cat_linear_fused_gpu.py`` (every variant compiled once in

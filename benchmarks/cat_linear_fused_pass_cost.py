@@ -7,9 +7,9 @@ captures the post-grad forward graph with a post-grad custom pre pass
 adds to a compile, as ``PatternMatcherPass.apply`` runs it: for every ``mm``/``addmm``
 node, the ``cat_linear`` patterns' match and, where one matches, the per-site check
 (``cat_linear_lowering._check``: ``can_fuse_cat_mm``, then ``should_fuse_cat_mm`` and
-the analytic decision ``cat_linear_fused_cost.decide``, the graph's step cost
+the analytic decision ``cat_linear_decision.decide``, the graph's step cost
 included), with the fusion on and the sites taken as if on an H100: they report a
-CUDA device and the ridge point is the one ``cat_linear_fused_cost.ridge_point``
+CUDA device and the ridge point is the one ``cat_linear_decision.ridge_point``
 computes from an H100 SXM's datasheet figures (no GPU is touched).  Nothing is
 rewritten: the compile is stopped once the graph is measured.  Prints the wall time
 of the whole per-graph work (median of ``--reps``; the graph's step cost is
@@ -36,7 +36,7 @@ from cat_linear_fused_model_gpu import FusionHead, SIZES  # noqa: E402
 from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
 
 
-# An H100 SXM's datasheet figures, where cat_linear_fused_cost.ridge_point asks
+# An H100 SXM's datasheet figures, where cat_linear_decision.ridge_point asks
 # Inductor for them (get_device_tflops: dense bf16 TFLOP/s; get_gpu_dram_gbps: GB/s).
 H100_TFLOPS, H100_DRAM_GBPS = 989.0, 3350
 
@@ -47,7 +47,7 @@ class Measured(Exception):
 
 def h100_ridge():
     """``cost.ridge_point`` of a CUDA bf16 device with an H100 SXM's figures."""
-    from torch._inductor.fx_passes import cat_linear_fused_cost as cost
+    from torch._inductor.fx_passes import cat_linear_decision as cost
 
     cost.ridge_point.cache_clear()
     try:
@@ -83,7 +83,7 @@ def measure(graph, reps):
     """The lowering's match + check over ``graph``, as if on an H100: (mm/addmm nodes,
     pattern matches, sites taken, per-rep milliseconds)."""
     from torch._inductor import config
-    from torch._inductor.fx_passes import cat_linear_fused_cost as cost, cat_linear_lowering as cl
+    from torch._inductor.fx_passes import cat_linear_decision as cost, cat_linear_lowering as cl
     from torch._inductor.pattern_matcher import is_match
 
     entries = cat_linear_entries()

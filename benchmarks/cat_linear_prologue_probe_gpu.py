@@ -2,7 +2,7 @@
 does it buy?  One GPU, the patched torch (the series installed), bf16, forward.
 
 Today a piece made by a pointwise op (relu, EdgeConv's ``x_j - x_i``, a gather) is written by its own
-kernel and read back by the template, so only the other pieces save (``cat_linear_fused_cost``'s
+kernel and read back by the template, so only the other pieces save (``cat_linear_decision``'s
 ``produced``).  Two things keep the producer out of the template: the one-loop layout reads the pieces
 with plain loads (no ``load_input``), and the scheduler's prologue heuristics refuse a prologue that
 computes in fp32 for a 16-bit template (``check_prologue_fusion_heuristics_fusable``).  Per site and

@@ -25,7 +25,7 @@ the first compiled call (compile + first run), and records: the lowering's own t
 (its per-site check ``cat_linear_lowering._check``, and apart the lowering of the
 sites it took), the ``cat_linear*`` counters (``cat_linear``: sites rewritten,
 ``cat_linear_<reason>``: sites declined) and the lowering's logged reasons; per site
-as the decision (``cat_linear_fused_cost.decide``) saw it, the GEMM's arithmetic intensity
+as the decision (``cat_linear_decision.decide``) saw it, the GEMM's arithmetic intensity
 (FLOP/byte), the device's ridge point (below it: memory-bound) and the roofline's best
 case; the max abs/rel error of each output and gradient against fp32 eager, and
 eager's own in the dtype; peak memory (``max_memory_allocated`` growth over one step);
@@ -220,7 +220,7 @@ def worker(a):
     from torch._dynamo.utils import counters
     from torch._inductor import config as ic
     from torch._inductor.codecache import CacheBase
-    from torch._inductor.fx_passes import cat_linear_fused_cost as cost, post_grad
+    from torch._inductor.fx_passes import cat_linear_decision as cost, post_grad
 
     assert hasattr(post_grad, "register_cat_linear_lowerings"), "install the inductor-cat-linear-fused patch first"
     cuda, train = a.device == "cuda", a.mode == "training"

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.fx_passes import (
-    cat_linear_fused_cost as cost,
+    cat_linear_decision as cost,
     cat_linear_lowering,
 )
 from torch._inductor.test_case import run_tests, TestCase

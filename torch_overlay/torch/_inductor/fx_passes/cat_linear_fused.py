@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
 from ..pattern_matcher import get_arg_value, is_mutation_op
-from . import cat_linear_fused_cost as cost
+from . import cat_linear_decision as cost
 
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ lowering patterns registered here (from ``post_grad.py``, like
 ``can_fuse_cat_mm`` says it is exact (structure, shapes, dtypes; below
 autograd the graph is functional and the partitioner has settled what the
 backward saves) and ``should_fuse_cat_mm`` says it pays
-(``cat_linear_fused_cost.decide``, analytic).
+(``cat_linear_decision.decide``, analytic).
 
 ``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
 forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
@@ -36,7 +36,7 @@ from ..pattern_matcher import (
     MULTIPLE,
     register_lowering_pattern,
 )
-from . import cat_linear_fused_cost as cost
+from . import cat_linear_decision as cost
 from .pad_mm import get_alignment_size_dtype, get_padded_length
 
 

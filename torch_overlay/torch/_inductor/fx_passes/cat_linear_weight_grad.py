@@ -52,7 +52,7 @@ from . import cat_linear_lowering as lowering
 
 
 if TYPE_CHECKING:
-    from .cat_linear_fused_cost import CatLinearSite
+    from .cat_linear_decision import CatLinearSite
 
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, TYPE_CHECKING
 import torch
 
 from .. import config
-from ..fx_passes.cat_linear_fused_cost import (
+from ..fx_passes.cat_linear_decision import (
     has_template,
     ONE_LOOP_BLOCK_KS,
     one_loop_tiles,
@@ -48,7 +48,7 @@ from .mm_common import addmm_epilogue, mm_grid
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..fx_passes.cat_linear_fused_cost import CatLinearSite
+    from ..fx_passes.cat_linear_decision import CatLinearSite
 
 
 aten = torch.ops.aten
