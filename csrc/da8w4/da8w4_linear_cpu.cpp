@@ -363,6 +363,9 @@ const Schedule& schedule() {
       s.amx_items_per_thread = 2;
     } else if (env && std::strncmp(env, "dynamic:", 8) == 0) {
       s.amx_items_per_thread = std::max<int64_t>(1, std::atoll(env + 8));
+    } else if (env && env[0]) {
+      // a paired benchmark of a dropped schedule must not time the default twice
+      TORCH_CHECK(false, "DA8W4_SCHED=", env, ": not a schedule (static or dynamic:N)");
     }
     return s;
   }();

@@ -226,6 +226,18 @@ class TestDa8w4Linear(TestCase):
         self.assertEqual(out.returncode, 0, msg=out.stdout + out.stderr)
         self.assertIn("1 passed", out.stdout)
 
+    def test_unknown_schedule_is_refused(self):
+        # DA8W4_SCHED (tuning builds) names a schedule; a dropped or misspelt one is
+        # an error, never the default timed again under another name.
+        env = dict(os.environ, DA8W4_SCHED="guided")
+        test = f"{os.path.abspath(__file__)}::{type(self).__name__}::test_thread_counts"
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            env=env, capture_output=True, text=True,
+        )
+        self.assertNotEqual(out.returncode, 0, msg=out.stdout)
+        self.assertIn("DA8W4_SCHED=guided: not a schedule", out.stdout + out.stderr)
+
     def test_extreme_values(self):
         # Largest magnitudes: a=255/za=0 against w=15/zw=0 and a=-128 against w=0/zw=15.
         for symmetric, a_val, w_val, z_val in ((False, 255, 15, 0), (True, -128, 0, 15), (True, 127, 15, 0)):
