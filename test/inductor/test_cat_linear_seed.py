@@ -76,13 +76,21 @@ class CatLinearSeedTest(TestCase):
         def fn(a, b, w, bias):
             return cat_linear(a, b, w, bias)
 
+        seen = []
+
+        def backend(gm, example_inputs):
+            # the rewritten graph, run on the inputs Dynamo passes (in its order)
+            seen.append(cat_linear_fused.fuse_cat_linear_in_graph(gm.graph))
+            gm.recompile()
+            return gm
+
         a, b = torch.ones(4, 16), torch.ones(4, 16)
         w = torch.cat([torch.full((8, 16), 6.25e5), torch.full((8, 16), -6.25e5)], 1)
         args = [a, b, w, torch.full((8,), 1.5)]
-        graph = self._traced(fn, args)
-        self.assertEqual(cat_linear_fused.fuse_cat_linear_in_graph(graph), 1)
-        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-        self.assertEqual(gm(*args)[0], fn(*args), atol=0, rtol=0)
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend=backend)(*args)
+        self.assertEqual(seen, [1])
+        self.assertEqual(out, fn(*args), atol=0, rtol=0)
 
     def test_fuse_cat_linear_in_graph_gates(self):
         def fn(a, b, c, d, e, w1, w2, w3):
