@@ -13,7 +13,8 @@ code, and a FileCheck of it:
    sigmoid into the cat buffer, one addmm reads it;
 2. inference, the fusion forced into its ``"view"`` form
    (``pre_grad_fusion_options={"cat_linear": {"form": "view"}}``): no cat buffer,
-   one extern addmm per piece on a column slice of W (the second adds into the first);
+   one extern GEMM per piece on a column slice of W (an mm, then an addmm adding into
+   it), and the bias added after the sum;
 3. inference, the fusion deciding per site (``{"cat_linear": {}}``): it declines on
    CPU (the C++ backend writes the pointwise pieces straight into the cat buffer and
    one GEMM on it wins) and counts why (``cat_linear_device``); the code is stock's;
@@ -75,14 +76,14 @@ def one_addmm_over_the_cat(codes):
     FileCheck().check("cpp_fused_relu_sigmoid").check_count("extern_kernels.addmm(", 1, exactly=True).run(codes[0])
 
 
-def an_addmm_per_piece(codes):
-    # "view": relu and sigmoid each in their own kernel, each read by its own addmm
-    # on a column slice of W (offset 0, then 256: the second piece's columns), the
-    # second accumulating into the first's output
+def a_gemm_per_piece(codes):
+    # "view": relu and sigmoid each in their own kernel, each read by its own GEMM on
+    # a column slice of W (offset 0, then 256: the second piece's columns), the second
+    # accumulating into the first's output; then the bias, added after the sum
     (FileCheck().check_not("cpp_fused_relu_sigmoid").check("cpp_fused_relu")
-     .check("extern_kernels.addmm(").check(", 0), alpha=1")
+     .check("extern_kernels.mm(").check(", 0), out=")
      .check("cpp_fused_sigmoid").check("extern_kernels.addmm(buf").check(", 256), alpha=1")
-     .check_count("extern_kernels.addmm(", 0, exactly=True).run(codes[0]))  # fmt: skip
+     .check_count("extern_kernels.addmm(", 0, exactly=True).check("cpp_fused_add").run(codes[0]))  # fmt: skip
 
 
 def saved_cat(codes):
@@ -112,7 +113,7 @@ def main():
     variants = [
         # label, model, fusion options, training step?, rewrites expected, declines expected, FileCheck
         ("inference, stock (fusion off)", model, {}, False, 0, {}, one_addmm_over_the_cat),
-        ('inference, fusion forced into "view"', model, {"form": "view"}, False, 1, {}, an_addmm_per_piece),
+        ('inference, fusion forced into "view"', model, {"form": "view"}, False, 1, {}, a_gemm_per_piece),
         ("inference, fusion deciding per site", model, {}, False, 0, {"cat_linear_device": 1},
          one_addmm_over_the_cat),
         ('training step on the caller\'s tensors, fusion forced into "view"', model_on_inputs, {"form": "view"},
