@@ -214,27 +214,26 @@ class TestDa8w4Linear(TestCase):
             torch.set_num_threads(before)
             torch.use_deterministic_algorithms(deterministic)
 
+    def _thread_counts_in_a_process(self, **env):
+        """test_thread_counts in a fresh process with ``env`` added (the settings
+        below are read once per process)."""
+        test = f"{os.path.abspath(__file__)}::{type(self).__name__}::test_thread_counts"
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            env=dict(os.environ, **env), capture_output=True, text=True,
+        )
+
     def test_thread_counts_with_fewer_openmp_threads(self):
         # OMP_THREAD_LIMIT below torch's thread count: at::parallel_for's team is
         # smaller than the number of ranges, so a thread starts on several of them.
-        env = dict(os.environ, OMP_THREAD_LIMIT="2")
-        test = f"{os.path.abspath(__file__)}::{type(self).__name__}::test_thread_counts"
-        out = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-            env=env, capture_output=True, text=True,
-        )
+        out = self._thread_counts_in_a_process(OMP_THREAD_LIMIT="2")
         self.assertEqual(out.returncode, 0, msg=out.stdout + out.stderr)
         self.assertIn("1 passed", out.stdout)
 
     def test_unknown_schedule_is_refused(self):
         # DA8W4_SCHED (tuning builds) names a schedule; a dropped or misspelt one is
         # an error, never the default timed again under another name.
-        env = dict(os.environ, DA8W4_SCHED="guided")
-        test = f"{os.path.abspath(__file__)}::{type(self).__name__}::test_thread_counts"
-        out = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-            env=env, capture_output=True, text=True,
-        )
+        out = self._thread_counts_in_a_process(DA8W4_SCHED="guided")
         self.assertNotEqual(out.returncode, 0, msg=out.stdout)
         self.assertIn("DA8W4_SCHED=guided: not a schedule", out.stdout + out.stderr)
 
