@@ -35,7 +35,8 @@ variant order, each timing N single steps per variant (N from --round-s) after o
 step (none for steps over 0.1 s). Per variant: median over rounds of the round's median step
 (decode: time per token of each sequence), [min, max] of those; ratios: median [min, max] of
 the per-round ratios. Correctness: max abs diff of each variant's logits against the stock
-variant's (same quantised weights; kernels differ in fp32 summation order). --out is rewritten
+variant's (same quantised weights; kernels differ in fp32 summation order). --profile N: after a
+case's rounds, N steps per variant under torch.profiler (where a step's time goes). --out is rewritten
 after every measurement. --budget-s counts from the script's start: no compile, warm-up or
 round starts that would end past it (estimates: the last compile, the measured steps). Order:
 the first decode and the first prefill case, the other decode, the other prefill cases; one
@@ -171,6 +172,26 @@ def make_inputs(c, case, seed):
     return torch.randint(0, c["vocab"], (b, t), generator=gen), torch.arange(past, past + t), caches
 
 
+def profile_steps(state, steps):
+    """Where a step's time goes: per operator, the self CPU time per step on the calling thread
+    (an operator's OpenMP region runs inside it), top 12; `other` is the step's time that no
+    operator accounts for (Inductor's generated kernels, the Python wrapper)."""
+    from torch.profiler import profile, ProfilerActivity
+
+    with torch.no_grad():
+        state["fn"](*state["inputs"])
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                state["fn"](*state["inputs"])
+            wall = (time.perf_counter() - t0) / steps
+    ops = sorted(((e.key, e.self_cpu_time_total / steps * 1e-6, e.count / steps) for e in prof.key_averages()),
+                 key=lambda x: -x[1])
+    ops = [(k, s, c) for k, s, c in ops if not k.startswith("ProfilerStep")]
+    return {"step_s": wall, "ops": [dict(op=k, self_s=s, calls=c) for k, s, c in ops[:12]],
+            "other_s": wall - sum(s for _, s, _ in ops)}
+
+
 def worker(args):
     """One variant. JSON commands on stdin; one JSON reply line each on the original stdout."""
     reply = os.fdopen(os.dup(1), "w", buffering=1)
@@ -239,6 +260,8 @@ def worker(args):
                         state["fn"](*state["inputs"])
                         times.append(time.perf_counter() - t0)
                 out = {"times": times[cmd["warmup"]:]}
+            elif cmd["op"] == "profile":
+                out = profile_steps(state, cmd["steps"])
         except Exception as e:  # the parent drops this variant
             import traceback
 
@@ -314,6 +337,9 @@ def main():
     p.add_argument("--ours-variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                    help="one more worker: concat+ours with these environment variables (for example a tuning knob "
                         "of our kernel's build), reported as concat+ours:NAME and NAME = its time / concat+ours's")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after each case's rounds, profile STEPS steps per variant (torch.profiler, CPU): "
+                        "self time per step of the top operators and what no operator accounts for")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--n-workers", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -473,6 +499,13 @@ def main():
                     rec["rounds"].setdefault(v, []).append(est[v])
                     rec["raw"].setdefault(v, []).append(o["times"])
                     save()
+        if args.profile and time.time() + sum(3 * (args.profile + 1) * est[v] for v in names) < deadline:
+            rec["profile"] = {v: o for v, o in ((v, ask([v], op="profile", steps=args.profile).get(v)) for v in names) if o}
+            for v, o in rec["profile"].items():
+                top = ", ".join(f"{x['op']} {1e3 * x['self_s']:.2f}" for x in o["ops"][:4])
+                print(f"# profile {t} threads, {label}, {v}: step {1e3 * o['step_s']:.2f} ms; {top}; "
+                      f"other {1e3 * o['other_s']:.2f}", flush=True)
+            save()
         done = [v for v in names if rec["rounds"].get(v)]
         n = min((len(rec["rounds"][v]) for v in done), default=0)
         rec["median_s"] = {v: statistics.median(rec["rounds"][v]) for v in done}
