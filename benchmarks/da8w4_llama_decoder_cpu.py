@@ -175,20 +175,24 @@ def make_inputs(c, case, seed):
 def profile_steps(state, steps):
     """Where a step's time goes: per operator, the self CPU time per step on the calling thread
     (an operator's OpenMP region runs inside it), top 12; `other` is the step's time that no
-    operator accounts for (Inductor's generated kernels, the Python wrapper)."""
+    operator accounts for (Inductor's generated kernels, the Python wrapper); minor page faults
+    per step, all threads."""
+    import resource
+
     from torch.profiler import profile, ProfilerActivity
 
     with torch.no_grad():
         state["fn"](*state["inputs"])
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            t0 = time.perf_counter()
+            faults, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
             for _ in range(steps):
                 state["fn"](*state["inputs"])
             wall = (time.perf_counter() - t0) / steps
+            faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
     ops = sorted(((e.key, e.self_cpu_time_total / steps * 1e-6, e.count / steps) for e in prof.key_averages()),
                  key=lambda x: -x[1])
     ops = [(k, s, c) for k, s, c in ops if not k.startswith("ProfilerStep")]
-    return {"step_s": wall, "ops": [dict(op=k, self_s=s, calls=c) for k, s, c in ops[:12]],
+    return {"step_s": wall, "minor_faults": faults, "ops": [dict(op=k, self_s=s, calls=c) for k, s, c in ops[:12]],
             "other_s": wall - sum(s for _, s, _ in ops)}
 
 
@@ -504,7 +508,7 @@ def main():
             for v, o in rec["profile"].items():
                 top = ", ".join(f"{x['op']} {1e3 * x['self_s']:.2f}" for x in o["ops"][:4])
                 print(f"# profile {t} threads, {label}, {v}: step {1e3 * o['step_s']:.2f} ms; {top}; "
-                      f"other {1e3 * o['other_s']:.2f}", flush=True)
+                      f"other {1e3 * o['other_s']:.2f}; {o['minor_faults']:.0f} minor faults", flush=True)
             save()
         done = [v for v in names if rec["rounds"].get(v)]
         n = min((len(rec["rounds"][v]) for v in done), default=0)
