@@ -147,7 +147,8 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_view_form_adds_the_bias_last(self):
         # pieces whose products cancel: the bias is added to the whole
-        # product, as eager's GEMM adds it, not rounded away into the first
+        # product, not rounded away into the first piece's (eager's
+        # ``addmm`` gives 1.5 here; the bias in the first GEMM gave 2.0)
         def fn(a, b, w, bias):
             return F.linear(torch.cat([a, b], -1), w, bias)
 
