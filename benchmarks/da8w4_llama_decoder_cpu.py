@@ -503,8 +503,9 @@ def main():
                     rec["rounds"].setdefault(v, []).append(est[v])
                     rec["raw"].setdefault(v, []).append(o["times"])
                     save()
-        if args.profile and time.time() + sum(3 * (args.profile + 1) * est[v] for v in names) < deadline:
-            rec["profile"] = {v: o for v, o in ((v, ask([v], op="profile", steps=args.profile).get(v)) for v in names) if o}
+        alive = [v for v in names if v in workers]  # a worker dropped in the rounds is gone
+        if args.profile and time.time() + sum(3 * (args.profile + 1) * est[v] for v in alive) < deadline:
+            rec["profile"] = {v: o for v, o in ((v, ask([v], op="profile", steps=args.profile).get(v)) for v in alive) if o}
             for v, o in rec["profile"].items():
                 top = ", ".join(f"{x['op']} {1e3 * x['self_s']:.2f}" for x in o["ops"][:4])
                 print(f"# profile {t} threads, {label}, {v}: step {1e3 * o['step_s']:.2f} ms; {top}; "
