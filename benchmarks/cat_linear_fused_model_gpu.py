@@ -164,6 +164,7 @@ def worker(args):
         from torch._inductor.async_compile import AsyncCompile
 
         AsyncCompile.wait_pool_ready()
+    triton_calls = record_triton_compiles()
     counters.clear()
     torch._dynamo.utils.reset_frame_count()
     step = make_step(model, torch.compile(model), dtype)
@@ -202,7 +203,7 @@ def worker(args):
         "sites": model.n_sites, "rewritten": counters["inductor"]["cat_linear"],
         "counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cat_linear")},
         "async_compile_cache_hit": counters["inductor"]["async_compile_cache_hit"],
-        "ready_pool": args.ready_pool,
+        "ready_pool": args.ready_pool, "triton_compiles": summarize_compiles(triton_calls),
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
         "phases_s": phases, "pass_s": pass_s[0], "lower_s": pass_s[1], "system_key_s": system_key_s, "pass_profile": profile_top(profile),
@@ -254,6 +255,43 @@ def time_the_pass(profile):
                     e.handler = timed(e.handler, 1)
     assert seen, "no cat_linear pattern in post_grad.pass_patterns: install the inductor-cat-linear-fused patch"
     return times, prof
+
+
+def record_triton_compiles():
+    """Record each ``AsyncCompile.triton`` call of the compile: the kernel's name,
+    whether the compile workers took it (else Inductor compiles it in this process,
+    synchronously) and the call's wall time.  Where a short compile's time goes:
+    template kernels against the rest, in the workers or serially here."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    calls = []
+    inner = AsyncCompile.triton
+
+    def triton(self, kernel_name, source_code, *a, **kw):
+        pooled = AsyncCompile.use_process_pool()
+        t0 = time.perf_counter()
+        try:
+            return inner(self, kernel_name, source_code, *a, **kw)
+        finally:
+            calls.append((kernel_name, pooled, time.perf_counter() - t0))
+
+    AsyncCompile.triton = triton
+    return calls
+
+
+def summarize_compiles(calls):
+    """Per kind (``triton_tem_``: templates; the rest): calls, how many the workers
+    took, and the seconds spent in this process on the others."""
+    out = {}
+    for name, pooled, secs in calls:
+        kind = "template" if "_tem_" in name else "other"
+        row = out.setdefault(kind, {"calls": 0, "pooled": 0, "in_process_s": 0.0, "max_s": 0.0})
+        row["calls"] += 1
+        row["pooled"] += int(pooled)
+        if not pooled:
+            row["in_process_s"] = round(row["in_process_s"] + secs, 4)
+        row["max_s"] = round(max(row["max_s"], secs), 4)
+    return out
 
 
 def profile_top(prof, top=25):
@@ -361,6 +399,7 @@ def summarize(mode, runs):
     row["pass_s_patched"] = med(p, "pass_s")
     row["lower_s_patched"] = med(p, "lower_s")
     row["pass_share_of_compile"] = ratio(row["pass_s_patched"], cs)
+    row["triton_compiles"] = [[r.get("triton_compiles") for r in s], [r.get("triton_compiles") for r in p]]
     row["pass_profile"] = next((r["pass_profile"] for r in p if r.get("pass_profile")), None)
     for k in ("kernel_us", "host_us"):
         row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
@@ -413,6 +452,13 @@ def markdown(meta, rows):
         if hits and None not in hits:
             out += ["", f"{r['mode']}: kernels shared by source (async_compile cache hits), stock / patched: "
                     f"{hits[0]:.0f} / {hits[1]:.0f}"]
+        for variant, per in zip(("stock", "patched"), r.get("triton_compiles") or ()):
+            if not any(per):
+                continue
+            out += ["", f"{r['mode']}: Triton compiles per {variant} process (calls, taken by workers, "
+                    "s in this process, slowest call s):"]
+            out += ["- " + "; ".join(f"{k} {v['calls']}, {v['pooled']}, {v['in_process_s']:.2f}, {v['max_s']:.2f}"
+                                     for k, v in sorted(c.items())) for c in per if c]
         if r.get("pass_s_patched") is not None:
             out += ["", f"{r['mode']}: the per-site check's own time (median per process): "
                     f"{r['pass_s_patched']:.3f} s, {f(r['pass_share_of_compile'], '%.3f')} "
