@@ -4,7 +4,8 @@
 ``torch.cuda.get_device_name()`` reports e.g. "NVIDIA H100 80GB HBM3" or
 "NVIDIA H200", which the datasheet table (keyed "NVIDIA H100") missed, and
 ``get_device_tflops`` then fell back to Triton's estimate with the clock in
-MHz where Triton takes kHz.  No GPU is needed: the device is mocked, in each
+MHz where Triton takes kHz; ``get_gpu_dram_gbps`` asked Triton before the
+datasheet.  No GPU is needed: the device is mocked, in each
 of the ways ``datasheet_tops`` and ``get_device_tflops`` ask which one it is,
 and so is ``triton.testing`` (absent from CPU builds).
 """
@@ -56,6 +57,7 @@ def _clear_figure_caches():
     for fn in (
         inductor_utils.get_device_tflops,
         getattr(inductor_utils, "_get_device_tflops", None),
+        inductor_utils.get_gpu_dram_gbps,
     ):
         if hasattr(fn, "cache_clear"):
             fn.cache_clear()
@@ -87,6 +89,16 @@ def _reported_device(name, capability=(9, 0)):
         )
         _clear_figure_caches()
         stack.callback(_clear_figure_caches)
+        yield
+
+
+@contextlib.contextmanager
+def _triton_dram_estimate(gbps=None):
+    """Triton's DRAM estimate (None: absent, so asking Triton fails)."""
+    testing = types.ModuleType("triton.testing")
+    if gbps is not None:
+        testing.get_dram_gbps = lambda *a, **k: gbps
+    with mock.patch.dict(sys.modules, {"triton.testing": testing}):
         yield
 
 
@@ -133,6 +145,17 @@ class TestDeviceFigures(TestCase):
                 inductor_utils.get_device_tflops(torch.bfloat16), REPORTED[name][0]
             )
         self.assertEqual(clocks, [])
+
+    @parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200"])
+    def test_get_gpu_dram_gbps_reads_the_reported_part(self, name):
+        # the datasheet's figure, without Triton's estimate (which builds
+        # Triton's CUDA driver module in a cold cache)
+        with _reported_device(name), _triton_dram_estimate():
+            self.assertEqual(inductor_utils.get_gpu_dram_gbps(), REPORTED[name][3])
+
+    def test_get_gpu_dram_gbps_of_an_unknown_part_is_tritons_estimate(self):
+        with _reported_device("NVIDIA H100 XYZ"), _triton_dram_estimate(1234):
+            self.assertEqual(inductor_utils.get_gpu_dram_gbps(), 1234)
 
     def test_parts_of_one_family_keep_their_own_figures(self):
         sxm = lookup_device_info("NVIDIA H100 80GB HBM3")
