@@ -142,6 +142,11 @@ def worker(args):
     ref = [t.float() for t in make_step(m32, m32, torch.float32)()]
     eager = make_step(model, model, dtype)()
     ic.pre_grad_fusion_options = {"cat_linear": {}} if args.variant == "patched" else {}
+    if os.environ.get("CAT_LINEAR_LOOPS_MAX_STAGES"):
+        # experiment: the per-piece loops' pipeline depth (compile time against step time)
+        from torch._inductor.kernel import cat_linear
+
+        cat_linear.LOOPS_MAX_STAGES = int(os.environ["CAT_LINEAR_LOOPS_MAX_STAGES"])
     if args.max_autotune:
         ic.max_autotune = True
     decisions = SiteDecisions()
