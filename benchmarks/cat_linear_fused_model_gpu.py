@@ -161,7 +161,7 @@ def worker(args):
     t0 = time.perf_counter()
     CacheBase.get_system()
     system_key_s = time.perf_counter() - t0
-    pass_s, profile = time_the_pass(args.profile_pass and args.variant == "patched")
+    pass_s, profile, lower_profile = time_the_pass(args.profile_pass and args.variant == "patched")
     if args.ready_pool:
         # Inductor compiles a kernel in its own process until the compile workers
         # answer (AsyncCompile.use_process_pool); a long model compile has them
@@ -211,7 +211,7 @@ def worker(args):
         "ready_pool": args.ready_pool, "triton_compiles": summarize_compiles(triton_calls),
         "decisions": decisions.lines,
         "max_err": max(e for e, _ in errs), "max_err_eager": max(e for _, e in errs), "ok": ok,
-        "phases_s": phases, "pass_s": pass_s[0], "lower_s": pass_s[1], "system_key_s": system_key_s, "pass_profile": profile_top(profile),
+        "phases_s": phases, "pass_s": pass_s[0], "lower_s": pass_s[1], "system_key_s": system_key_s, "pass_profile": profile_top(profile), "lower_profile": profile_top(lower_profile),
         "kernel_us": statistics.median(kernel) if kernel else None, "kernel_us_rounds": kernel,
         "host_us": statistics.median(host), "host_us_rounds": host, "batch": B,
         "torch": torch.__version__,
@@ -227,9 +227,9 @@ def time_the_pass(profile):
     matched ``mm``/``addmm`` of a cat is a site, and the decision) where post-grad's
     pattern passes hold it, to record its wall time, and with ``profile`` a cProfile
     of it: the lowering's own share of the compile.  Returns ([check seconds,
-    lowering seconds], profile); the lowering (``_lower``: the site's IR, with the
-    template's choices where it takes the "mm" form) is timed apart, not profiled:
-    under max_autotune it includes the choices' benchmarks."""
+    lowering seconds], check profile, lowering profile); the lowering (``_lower``: the
+    site's IR, with the template's choices where it takes the "mm" form) is timed and
+    profiled apart: under max_autotune it includes the choices' benchmarks."""
     import cProfile
     import functools
 
@@ -237,6 +237,7 @@ def time_the_pass(profile):
 
     times = [0.0, 0.0]
     prof = cProfile.Profile() if profile else None
+    lower_prof = cProfile.Profile() if profile else None
 
     def timed(inner, slot, prof=None):
         @functools.wraps(inner)  # keeps _inductor_lowering_function on the lowering
@@ -257,9 +258,9 @@ def time_the_pass(profile):
                 if e.extra_check is cat_linear_lowering._check and id(e) not in seen:
                     seen.add(id(e))
                     e.extra_check = timed(e.extra_check, 0, prof)
-                    e.handler = timed(e.handler, 1)
+                    e.handler = timed(e.handler, 1, lower_prof)
     assert seen, "no cat_linear pattern in post_grad.pass_patterns: install the inductor-cat-linear-fused patch"
-    return times, prof
+    return times, prof, lower_prof
 
 
 def record_triton_compiles():
@@ -406,6 +407,7 @@ def summarize(mode, runs):
     row["pass_share_of_compile"] = ratio(row["pass_s_patched"], cs)
     row["triton_compiles"] = [[r.get("triton_compiles") for r in s], [r.get("triton_compiles") for r in p]]
     row["pass_profile"] = next((r["pass_profile"] for r in p if r.get("pass_profile")), None)
+    row["lower_profile"] = next((r["lower_profile"] for r in p if r.get("lower_profile")), None)
     for k in ("kernel_us", "host_us"):
         row[f"{k}_stock"], row[f"{k}_patched"] = med(s, k), med(p, k)
         row[f"{k}_patched_over_stock"] = ratio(med(p, k), med(s, k))
@@ -471,6 +473,9 @@ def markdown(meta, rows):
         if r.get("pass_profile"):
             out += ["", f"{r['mode']}: in the check (cProfile, cumulative s, calls):"]
             out += [f"- {t:.3f} s {n}x {name}" for t, n, name in r["pass_profile"][:12]]
+        if r.get("lower_profile"):
+            out += ["", f"{r['mode']}: in the lowering (cProfile, cumulative s, calls):"]
+            out += [f"- {t:.3f} s {n}x {name}" for t, n, name in r["lower_profile"][:25]]
     return "\n".join(out)
 
 
