@@ -107,9 +107,9 @@ def why_no_template(site: CatLinearSite, loops: bool = False) -> str | None:
 
 
 def shared_memory() -> int:
-    """The shared memory a block can opt in to, read as mm's config heuristics
-    read it: ``get_gpu_shared_memory`` asks Triton's driver, whose CUDA module
-    a cold Triton cache builds with a C compiler, mid-compile."""
+    """The shared memory a block can opt in to, from torch's device properties
+    as mm's config heuristics read it (not through Triton's driver, as
+    ``get_gpu_shared_memory`` does: the decision needs no Triton)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return int(
         getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block)
