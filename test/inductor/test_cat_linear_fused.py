@@ -555,12 +555,12 @@ class CatLinearFusedTest(TestCase):
         from torch._inductor.kernel import cat_linear as kernel
 
         for smem, widths in ((65536, (64, 64)), (32768, (64, 64)), (32768, (40, 24))):
-            with mock.patch.object(kernel, "shared_memory", return_value=smem):
+            with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=smem):
                 cfg = kernel._default_config(256, widths, 2)
             self.assertIsNotNone(cfg, (smem, widths))
             need = cfg["num_stages"] * (cfg["BLOCK_M"] + cfg["BLOCK_N"])
             self.assertLessEqual(need * cfg["BLOCK_K"] * 2 + 128, smem)
-        with mock.patch.object(kernel, "shared_memory", return_value=8192):
+        with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=8192):
             self.assertIsNone(kernel._default_config(256, (64, 64), 2))
 
     def test_cat_linear_ridge_point_from_inductor_figures(self):

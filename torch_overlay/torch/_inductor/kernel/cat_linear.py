@@ -34,7 +34,12 @@ from ..select_algorithm import (
     realize_inputs,
     TritonTemplate,
 )
-from ..utils import load_template, use_aten_gemm_kernels, use_triton_template
+from ..utils import (
+    get_gpu_shared_memory,
+    load_template,
+    use_aten_gemm_kernels,
+    use_triton_template,
+)
 from ..virtualized import V
 from .mm import bias_addmm, mm_template
 from .mm_common import addmm_epilogue, mm_grid
@@ -106,16 +111,6 @@ def why_no_template(site: CatLinearSite, loops: bool = False) -> str | None:
     return None
 
 
-def shared_memory() -> int:
-    """The shared memory a block can opt in to, from torch's device properties
-    as mm's config heuristics read it (not through Triton's driver, as
-    ``get_gpu_shared_memory`` does: the decision needs no Triton)."""
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return int(
-        getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block)
-    )
-
-
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
@@ -125,7 +120,7 @@ def _layout(
     one_loop = not loops and one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
-    if need + 128 > shared_memory():
+    if need + 128 > get_gpu_shared_memory():
         return None
     even_k = one_loop and whole_tiles(widths, cfg["BLOCK_K"])
     return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k)
