@@ -76,9 +76,8 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     where they are unknown."""
     from ..utils import get_device_tflops, get_gpu_dram_gbps
 
-    if not has_template(device, dtype) or torch.version.hip is not None:
-        return None
-    if not torch.cuda.is_available():
+    cuda = torch.cuda.is_available() and torch.version.hip is None
+    if not (cuda and has_template(device, dtype)):
         return None
     try:
         with torch.cuda.device(device):

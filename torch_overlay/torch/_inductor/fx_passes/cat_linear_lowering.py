@@ -1,20 +1,17 @@
 """
 ``cat_linear``: ``mm(cat(parts, -1), W^T)`` lowered without the cat.
 
-``linear(cat([x0, x1, ...], -1), W, b)`` reaches the post-grad graphs as
-``addmm(b, cat(parts, 1), permute(W))`` (through a ``view`` for 3-D parts):
-one GEMM split along K, whose pieces can be read where they live.  The
-lowering patterns registered here (from ``post_grad.py``, like
-``mm_plus_mm``) hand such a site to ``kernel/cat_linear.py`` where
-``can_fuse_cat_mm`` says it is exact (structure, shapes, dtypes; below
-autograd the graph is functional and the partitioner has settled what the
-backward saves) and ``should_fuse_cat_mm`` says it pays
-(``cat_linear_decision.decide``, analytic).
+``linear(cat(parts, -1), W, b)`` reaches the post-grad graphs as ``addmm(b,
+cat(parts, 1), permute(W))``, through a ``view`` for 3-D parts: one GEMM
+split along K, whose pieces can be read where they live.  Registered from
+``post_grad.py`` like ``mm_plus_mm``, these patterns hand a site to
+``kernel/cat_linear.py`` where ``can_fuse_cat_mm`` says it is exact and
+``should_fuse_cat_mm`` (``cat_linear_decision.decide``) says it pays.
 
 ``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
 forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
-A site taken bumps ``counters["inductor"]["cat_linear"]``, a site declined
-``cat_linear_<reason>``, with its reason logged.
+Counters: ``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline
+(its reason logged).
 """
 
 from __future__ import annotations
@@ -148,8 +145,7 @@ def match_site(gemm: torch.fx.Node) -> Match | None:
 
 
 def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool:
-    """Whether the lowering takes this site, its cat's other readers aside
-    (without counting, unless ``decline`` counts)."""
+    """Whether the lowering takes this site, its cat's other readers aside."""
     gemm = match.output_node()
     if summed_by_mm_plus_mm(gemm):
         return decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
@@ -196,9 +192,7 @@ def can_fuse_cat_mm(
     rank = vals[0].dim()  # type: ignore[union-attr]
     dim = match.kwargs["dim"]
     if not 2 <= len(parts) <= cost.MAX_PARTS:
-        return decline(
-            "num_parts", f"{len(parts)} parts, not 2 to {cost.MAX_PARTS}", gemm
-        )
+        return decline("num_parts", f"{len(parts)} parts", gemm)
     if any(v.dim() != rank for v in vals) or rank != (  # type: ignore[union-attr]
         3 if "size" in match.kwargs else 2
     ):
@@ -248,34 +242,29 @@ def should_fuse_cat_mm(
     match: Match, opts: dict[str, Any], decline: Decline = _decline
 ) -> cost.Decision | None:
     """The form the site takes, or None for stock."""
-    gemm = match.output_node()
-    form = opts.get("form")
-    the_site = site(match)
+    gemm, form, the_site = match.output_node(), opts.get("form"), site(match)
     if form == "off":
-        decline("off", "turned off", gemm)
-        return None
-    if form == "view" and the_site.dtype.itemsize < 4:
+        decision = cost.Decision(None, "turned off", "off")
+    elif form == "view" and the_site.itemsize < 4:
         # each piece's product would be rounded before the sum
-        decline("view_dtype", f"the view form in {the_site.dtype}", gemm)
-        return None
-    if form is None:
-        decision = cost.decide(the_site)
-        if decision.form is None:
-            decline(decision.counter or "declined", decision.reason, gemm)
-            return None
-        form = decision.form
-        log.debug("cat_linear: %s as %s (%s)", gemm, form, decision.reason)
-    else:
         decision = cost.Decision(
-            form, "forced", prologues=the_site.folded if form == "mm" else ()
+            None, f"the view form in {the_site.dtype}", "view_dtype"
         )
-    if form == "mm":
+    elif form is None:
+        decision = cost.decide(the_site)
+    else:
+        folded = the_site.folded if form == "mm" else ()
+        decision = cost.Decision(form, "forced", prologues=folded)
+    if decision.form == "mm":
         from ..kernel.cat_linear import why_no_template
 
         why = why_no_template(the_site, loops=any(decision.prologues))
         if why is not None:
-            decline("no_template", why, gemm)
-            return None
+            decision = cost.Decision(None, why, "no_template")
+    if decision.form is None:
+        decline(decision.counter or "declined", decision.reason, gemm)
+        return None
+    log.debug("cat_linear: %s as %s (%s)", gemm, decision.form, decision.reason)
     return decision
 
 

@@ -130,11 +130,8 @@ def _default_config(
     n: Any, widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
     """The first of the default configs that fits."""
-    narrow = (
-        isinstance(n, int)
-        and n <= 64
-        or (not isinstance(n, int) and V.graph.sizevars.statically_known_leq(n, 64))
-    )
+    sizevars = None if isinstance(n, int) else V.graph.sizevars
+    narrow = n <= 64 if sizevars is None else sizevars.statically_known_leq(n, 64)
     one_loop_table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
     candidates = [
         cfg
