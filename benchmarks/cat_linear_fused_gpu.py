@@ -18,6 +18,9 @@ on the first piece; forward under ``no_grad`` or forward+backward) it compiles
   native     stock with config.triton.native_matmul (a candidate, not ours)
   view / mm  the fusion forced into a form (with --forms)
   stock_mat / patched_mat   both under max_autotune (with --autotune)
+  patched_mat_x  patched_mat with EXTRA_AUTOTUNE_CONFIGS offered next to the mm
+             heuristic's (with --autotune-extra; an experiment, not the library's)
+  floor_mat  floor under max_autotune: Inductor's own mm choices on the ready input
   floor      F.linear(x, W, b) on an already materialized x (cuBLAS alone)
 
 and times each by GPU device time (``device_time.kernel_time_us``), repeated
@@ -40,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -79,6 +83,36 @@ SHAPES = [  # (M, piece widths, N): shared/bench/cat_linear_gpu_probe.py and bey
     (8192, (256, 300), 2048),  # compute-bound, K unaligned for cuBLAS
 ]
 VARIANTS = ("stock", "stock_aa", "patched", "upstream", "native", "floor")
+# --autotune-extra: configs (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+# offered next to the mm heuristic's under max_autotune, each in the layout its
+# BLOCK_K allows (kernel/cat_linear.py's _layout); a benchmark-only experiment.
+EXTRA_AUTOTUNE_CONFIGS = [
+    (128, 128, 128, 8, 3), (128, 128, 128, 4, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
+    (64, 64, 128, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 5),
+    (64, 128, 64, 4, 5), (64, 256, 64, 8, 3), (128, 128, 32, 4, 5), (64, 64, 64, 4, 5),
+]  # fmt: skip
+
+
+@contextlib.contextmanager
+def extra_autotune_configs():
+    """``kernel/cat_linear.py``'s max_autotune configs plus EXTRA_AUTOTUNE_CONFIGS."""
+    from torch._inductor.kernel import cat_linear as kernel
+
+    heuristic = kernel._heuristic_configs
+
+    def configs(m, widths, mat2, layout, loops):
+        out = heuristic(m, widths, mat2, layout, loops)
+        seen = {tuple(sorted(c.items())) for c in out}
+        for row in EXTRA_AUTOTUNE_CONFIGS:
+            cfg = dict(zip(kernel._CONFIG_KEYS, row), GROUP_M=8)
+            cfg = kernel._layout(cfg, widths, layout.dtype.itemsize, loops)
+            if cfg is not None and tuple(sorted(cfg.items())) not in seen:
+                seen.add(tuple(sorted(cfg.items())))
+                out.append(cfg)
+        return out
+
+    with mock.patch.object(kernel, "_heuristic_configs", configs):
+        yield
 # Upstream 2.14.1's gates for its cat_linear rewrite (group_batch_fusion.py:
 # CAT_LINEAR_MAX_OUTPUT_WIDTH, _CAT_TRAFFIC_FLOOR_BYTES, _MAX_PARTS, _MIN_PIECE_WIDTH).
 UPSTREAM_MAX_N = 96
@@ -170,7 +204,7 @@ def inductor_patches(variant):
     elif variant in ("view", "mm"):
         options = {"cat_linear": {"form": variant}}
     patches = {"pre_grad_fusion_options": options, "force_disable_caches": True}
-    if variant.endswith("_mat"):
+    if variant.endswith(("_mat", "_mat_x")):
         patches["max_autotune"] = True
     if variant == "native":
         patches["triton.native_matmul"] = True
@@ -198,10 +232,11 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
     torch._dynamo.reset()
     for v in variants:
         counters.clear()
-        base = {"floor": floor_fn, "upstream": make_upstream_fn(producer)}.get(v) or make_fn(producer)
-        fn = fresh_code(base, v)
-        args = (w, b, x) if v == "floor" else (w, b, *parts)
-        with inductor_config.patch(inductor_patches(v)):
+        base = {"floor": floor_fn, "floor_mat": floor_fn, "upstream": make_upstream_fn(producer)}.get(v)
+        fn = fresh_code(base or make_fn(producer), v)
+        args = (w, b, x) if v.startswith("floor") else (w, b, *parts)
+        extra = extra_autotune_configs() if v == "patched_mat_x" else contextlib.nullcontext()
+        with inductor_config.patch(inductor_patches(v)), extra:
             cfn = torch.compile(fn)
             t0 = time.perf_counter()
             with torch.no_grad() if not bwd else contextlib.nullcontext():
@@ -213,7 +248,10 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
             c = counters["inductor"]
             row[f"{v}_counters"] = {k: c[k] for k in c if k.startswith("cat_linear")}
             row[f"{v}_template"] = any("triton_tem_" in s for s in code)
-        if v != "floor":
+            if v.endswith(("_mat", "_mat_x")):  # the template's config autotuning chose
+                row[f"{v}_config"] = sorted({" ".join(c) for s in code for c in re.findall(
+                    r"(BLOCK_[MNK]) : tl.constexpr = (\d+)", s)})  # fmt: skip
+        if not v.startswith("floor"):
             err = (out.detach().float() - ref).abs().max().item()
             row.setdefault("max_abs_err", {})[v] = err
 
@@ -277,6 +315,14 @@ def summarize(rows):
         out["autotune_patched_over_floor"] = [
             round(r["device_us"]["patched_mat"] / r["device_us"]["floor"], 3) for r in chosen
         ]
+    extra = [r for r in rows if r.get("patched_mat_x_template")]
+    if extra:
+        out["autotune_extra_over_floor"] = [
+            round(r["device_us"]["patched_mat_x"] / r["device_us"]["floor"], 3) for r in extra
+        ]
+        out["autotune_extra_over_patched_mat"] = [
+            round(r["device_us"]["patched_mat_x"] / r["device_us"]["patched_mat"], 3) for r in extra
+        ]
     return out
 
 
@@ -289,6 +335,8 @@ def main(argv=None):
     p.add_argument("--producers", default="input,relu")
     p.add_argument("--modes", default="fwd", help="fwd, fwd+bwd or both (comma-separated)")
     p.add_argument("--autotune", action="store_true", help="add the max_autotune pair")
+    p.add_argument("--autotune-extra", action="store_true",
+                   help="with --autotune: add patched_mat_x and floor_mat (EXTRA_AUTOTUNE_CONFIGS)")
     p.add_argument("--no-native", action="store_true")
     p.add_argument("--no-upstream", action="store_true", help="leave out upstream's rewrite")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
@@ -312,6 +360,8 @@ def main(argv=None):
         mock.patch("torch._inductor.utils.get_gpu_dram_gbps", return_value=gbps).start()
     if args.autotune:
         variants += list(AUTOTUNE_VARIANTS)
+        if args.autotune_extra:
+            variants += ["patched_mat_x", "floor_mat"]
     dtype = getattr(torch, args.dtype)
     idx = range(len(SHAPES)) if args.shapes is None else map(int, args.shapes.split(","))
     cuda = args.device == "cuda"
