@@ -295,8 +295,10 @@ def summarize_compiles(calls):
         row["calls"] += 1
         row["pooled"] += int(pooled)
         if not pooled:
-            row["in_process_s"] = round(row["in_process_s"] + secs, 4)
-        row["max_s"] = round(max(row["max_s"], secs), 4)
+            row["in_process_s"] += secs
+        row["max_s"] = max(row["max_s"], secs)
+    for row in out.values():  # rounded once, after the sum
+        row["in_process_s"], row["max_s"] = round(row["in_process_s"], 4), round(row["max_s"], 4)
     return out
 
 
