@@ -24,7 +24,9 @@ graph input or output, or a view of one), which the caller may write before
 the backward runs.  None is split where ``pad_mm`` (a pattern of the same
 pass) may pad a forward GEMM or ``mm_plus_mm`` takes it, nor where a
 selective-checkpoint policy saves the cat.  Each split bumps
-``counters["inductor"]["cat_linear_weight_grad"]``.
+``counters["inductor"]["cat_linear_weight_grad"]`` where the joint graph is
+built: an AOTAutograd cache hit reuses the split backward without bumping
+it, as with the joint graph's other patterns.
 """
 
 from __future__ import annotations
