@@ -22,7 +22,10 @@ from typing import Any
 
 import torch
 from torch._dynamo.utils import counters
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import (
+    optimization_hint,
+    statically_known_true,
+)
 
 from .. import config
 from ..pattern_matcher import (
@@ -35,14 +38,6 @@ from ..pattern_matcher import (
 )
 from . import cat_linear_decision as cost
 from .pad_mm import get_alignment_size_dtype, get_padded_length
-
-
-try:
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
-except ImportError:  # the same helper under its earlier name
-    from torch.fx.experimental.symbolic_shapes import (  # type: ignore[attr-defined,no-redef]
-        size_hint as optimization_hint,
-    )
 
 
 log = logging.getLogger(__name__)
