@@ -184,44 +184,26 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision(None, f"no in-place GEMM on {site.device.type}", "device")
     ridge = ridge_point(site.device, site.dtype)
     if ridge is None:
-        return Decision(
-            None, f"no roofline figures for {site.dtype} on this device", "no_figures"
-        )
+        return Decision(None, f"no roofline figures for {site.dtype}", "no_figures")
     bound = site.speedup_bound(ridge)
+    best = f"best case {bound:.2f}x"
     if bound < MARGIN:
-        return Decision(None, f"best case {bound:.2f}x is below {MARGIN}x", "screened")
+        return Decision(None, f"{best} is below {MARGIN}x", "screened")
     if site.max_autotune:
-        return Decision(
-            "mm", "max_autotune benchmarks it", "autotune", prologues=site.folded
-        )
+        return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
+    # a site declined below is one that only max_autotune's timing can settle
     if site.compute_bound(ridge):
         if site.prologues:
             # the per-piece loops trail cuBLAS most here: read the produced
             # pieces from their own buffers instead
             return decide(dataclasses.replace(site, prologue_fusion=False))
         if not site.one_loop:
-            return Decision(
-                None,
-                "a piece before the last is not whole K tiles at a "
-                "compute-bound GEMM: only max_autotune can tell",
-                "k_tail",
-            )
+            return Decision(None, f"{best}: a K tail before the last piece", "k_tail")
         if not site.gemm_aligned:
-            return Decision(
-                "mm", f"best case {bound:.2f}x, unaligned for stock's GEMM", "roofline"
-            )
+            return Decision("mm", f"{best}, unaligned for stock's GEMM", "roofline")
         if bound < COMPUTE_BOUND_MIN_BOUND or site.k < COMPUTE_BOUND_MIN_K:
-            return Decision(
-                None,
-                f"best case {bound:.2f}x at K {site.k} of a compute-bound GEMM: "
-                "only max_autotune can tell",
-                "compute_bound",
-            )
+            reason = f"{best} at K {site.k}, compute-bound"
+            return Decision(None, reason, "compute_bound")
     elif not site.one_loop and bound < LOOPS_MIN_BOUND:
-        return Decision(
-            None,
-            f"best case {bound:.2f}x in the per-piece loops: "
-            "only max_autotune can tell",
-            "below_bound",
-        )
-    return Decision("mm", f"best case {bound:.2f}x", "roofline", prologues=site.folded)
+        return Decision(None, f"{best} in the per-piece loops", "below_bound")
+    return Decision("mm", best, "roofline", site.folded)

@@ -1,17 +1,16 @@
 """
-``cat_linear``: ``mm(cat(parts, -1), W^T)`` lowered without the cat.
+``cat_linear``: ``linear(cat(parts, -1), W, b)`` lowered without the cat.
 
-``linear(cat(parts, -1), W, b)`` reaches the post-grad graphs as ``addmm(b,
-cat(parts, 1), permute(W))``, through a ``view`` for 3-D parts: one GEMM
-split along K, whose pieces can be read where they live.  Registered from
-``post_grad.py`` like ``mm_plus_mm``, these patterns hand a site to
-``kernel/cat_linear.py`` where ``can_fuse_cat_mm`` says it is exact and
-``should_fuse_cat_mm`` (``cat_linear_decision.decide``) says it pays.
+It reaches the post-grad graphs as ``addmm(b, cat(parts, 1), permute(W))``
+(through a ``view`` for 3-D parts): one GEMM split along K, whose pieces can
+be read where they live.  Registered from ``post_grad.py`` like
+``mm_plus_mm``: ``can_fuse_cat_mm`` says a site is exact,
+``should_fuse_cat_mm`` (``cat_linear_decision.decide``) that it pays, and
+``kernel/cat_linear.py`` lowers it.
 
 ``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
 forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
-Counters: ``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline
-(its reason logged).
+Counters: ``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline.
 """
 
 from __future__ import annotations
@@ -49,13 +48,10 @@ FORMS = ("mm", "view")
 def options() -> dict[str, Any] | None:
     """The switch: ``pre_grad_fusion_options["cat_linear"]``, None when off."""
     opts = config.pre_grad_fusion_options.get("cat_linear")
-    if opts is None:
-        return None
-    form = opts.get("form")
-    if form not in (None, "off", *FORMS):
+    if opts is not None and opts.get("form") not in (None, "off", *FORMS):
         raise ValueError(
             'pre_grad_fusion_options["cat_linear"]["form"] must be one of '
-            f"{(None, 'off', *FORMS)}, got {form!r}"
+            f"{(None, 'off', *FORMS)}, got {opts['form']!r}"
         )
     return opts
 
@@ -276,34 +272,18 @@ def _check(match: Match) -> bool:
     return True
 
 
-def _meaning(
-    *,
-    parts: list[torch.Tensor],
-    dim: int,
-    mat2: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    size: Any = None,
-    **_: Any,
-) -> torch.Tensor:
-    """What a rewritten site computes, on tensors: the FakeTensorUpdater's
-    view of the node (later passes, cond/while_loop bodies re-run)."""
-    lhs = torch.cat(parts, dim)
-    if size is not None:
-        lhs = lhs.view(size)
-    return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
-
-
-def _lower(
-    match: Match, *, parts: Any, mat2: Any, form: str, size: Any = None, **kwargs: Any
-) -> Any:
+def _lower(match: Match, *, parts: Any, dim: int, mat2: Any, **kw: Any) -> Any:
+    bias, size = kw.get("bias"), kw.get("size")
     if isinstance(mat2, torch.Tensor):
-        return _meaning(parts=parts, mat2=mat2, size=size, **kwargs)
+        # what the site computes, on the fake tensors of a FakeTensorUpdater
+        # that re-runs a cond/while_loop body
+        lhs = torch.cat(parts, dim)
+        lhs = lhs if size is None else lhs.view(size)
+        return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
     from ..kernel.cat_linear import lower_cat_mm
 
     rows = None if size is None else size[0]
-    return lower_cat_mm(
-        form, parts, mat2, kwargs.get("bias"), rows, kwargs.get("prologues")
-    )
+    return lower_cat_mm(kw["form"], parts, mat2, bias, rows, kw.get("prologues"))
 
 
 def patterns() -> list[Any]:
@@ -328,5 +308,3 @@ def register_cat_linear_lowerings(pass_dict: Any) -> None:
         register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
             _lower
         )
-    # the handler's meaning on fake tensors, for the FakeTensorUpdater
-    _lower._inductor_lowering_output_metadata_fn = _meaning  # type: ignore[attr-defined]

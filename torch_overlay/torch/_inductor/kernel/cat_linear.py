@@ -1,14 +1,11 @@
 """
 ``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form the
 ``cat_linear`` lowering pattern (``fx_passes/cat_linear_lowering.py``) chose:
-
-* ``"mm"``: a Triton template (``templates/triton_cat_mm.py.jinja``) with the
-  bias as its epilogue, as in ``tuned_addmm``: one config by default, the mm
-  heuristic's configs next to the extern ``cat`` + ``mm`` under
-  ``max_autotune``.  Pieces made by a pointwise op or a gather
-  (``prologues``) are computed in the template's loads.
-* ``"view"``: a chain of per-piece GEMMs on row slices of ``mat2``, for any
-  device.
+``"mm"``, a Triton template (``templates/triton_cat_mm.py.jinja``) that reads
+the pieces in place, computes the ``prologues`` pieces' producers in its loads
+and adds the bias as its epilogue, as ``tuned_addmm`` does (one config by
+default, the mm heuristic's next to the extern ``cat`` + ``mm`` under
+``max_autotune``); ``"view"``, a chain of per-piece GEMMs, on any device.
 """
 
 from __future__ import annotations
@@ -168,11 +165,10 @@ def _heuristic_configs(
 
 
 def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
-    """Let each flagged piece's producer past the scheduler's prologue
-    heuristics (as ``invoke_quant``'s lowering does), which decline one that
-    computes in fp32 for a 16-bit template: the decision counted the write
-    and read it saves.  The scheduler still fuses only single-use pointwise
-    producers."""
+    """Let each flagged piece's pointwise producer past the scheduler's
+    prologue heuristics, as ``invoke_quant``'s lowering does (they decline
+    one that computes in fp32 for a 16-bit template; the decision counted
+    the write and read it saves)."""
     for part, fold in zip(parts, prologues):
         buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
         if isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise):
@@ -185,9 +181,8 @@ def tuned_cat_mm(
     bias: Any = None,
     prologues: Sequence[bool] | None = None,
 ) -> Any:
-    """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts``, read in place.
-    ``prologues``: per part, whether the template computes its producer in
-    its loads (then in the per-piece loops layout)."""
+    """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts``, read in place
+    (``prologues``: in the per-piece loops layout)."""
     m, n = parts[0].get_size()[0], mat2.get_size()[1]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     parts = list(realize_inputs(*parts))
