@@ -60,6 +60,17 @@ MARKER = ".export-pr"
 _AUTHOR_RE = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
 
 
+def without_commands(lines: list[str]) -> list[str]:
+    """A headline section without its ``Command:`` paragraphs (a command and its raw results' paths, which name
+    this repo's files; the PR's test plan and benchmark say how instead)."""
+    out, in_command = [], False
+    for line in lines:
+        in_command = line.startswith("Command:") or (in_command and line.strip() != "")
+        if not in_command:
+            out.append(line)
+    return out
+
+
 def parse_author(text: str) -> tuple[str, str]:
     m = _AUTHOR_RE.match(text)
     if not m or not m.group(1):
@@ -335,8 +346,7 @@ def export_prs(
                     raise PatchsetError(d / "files", f"holds files that are not the PR's: {', '.join(stray)}")
                 added = {t: numbered((d / "files" / t).read_text()) for t, _ in files}
                 what = f"{len(files)} files for {up.repo} in {p.name}/files/"
-            text = pr_markdown(p, [x for x in headlines[p.name] or [] if not x.startswith("Command:")],
-                               [*diff_prs, *deps], files)
+            text = pr_markdown(p, without_commands(headlines[p.name] or []), [*diff_prs, *deps], files)
             (d / "PR.md").write_text(text)
             findings += pasteability_findings(f"{p.name}/PR.md", numbered(text), fork, older)
             findings += pasteability_findings(f"{p.name}: commit message", numbered(message), fork, older)

@@ -24,7 +24,8 @@ Machine: a test box.
 |---|---|---|
 | x | 10 | 8 |
 
-Command: `python benchmarks/alpha_bench.py`
+Command: `python benchmarks/alpha_bench.py --reps 3` (raw:
+`results/alpha.json`)
 
 ### beta: fused vs stock
 
@@ -119,10 +120,10 @@ def test_export_pr_branches_commit_and_pr_md(fake_generated, tmp_path, capsys):
     pr = (out / "inductor-alpha" / "PR.md").read_text()
     assert pr.startswith("# [inductor] Add the alpha pass\n\n## Summary\n\nAlpha rewrites what stock Inductor leaves alone.\n")
     assert "## Test Plan\n\n```\npython test/inductor/test_alpha.py\n```" in pr
-    # the headline table chosen by name, without its Command: line
+    # the headline table chosen by name, without its Command: paragraph
     measured = pr.split("## Measured\n", 1)[1]
     assert "Machine: a test box." in measured and "| x | 10 | 8 |" in measured
-    assert "Command:" not in pr and "not this" not in pr
+    assert "Command:" not in pr and "results/alpha.json" not in pr and "not this" not in pr
     beta = (out / "inductor-beta" / "PR.md").read_text()
     # the upstream expectation it changes has its own section after the summary (not counted in it)
     summary, rest = beta.split("## Upstream test changes\n", 1)

@@ -107,21 +107,24 @@ def gemm_cat(gemm: torch.fx.Node) -> Any:
 
 
 def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
-    """The nodes that read ``cat``, directly or through a view."""
+    """The nodes that read ``cat``'s data, directly or through a view."""
     readers: list[torch.fx.Node] = []
     for user in cat.users:
         readers.extend(user.users if user.target in _VIEWS else [user])
-    return readers
+    return [r for r in readers if r.target is not aten.sym_size.int]
 
 
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
-    """Whether ``mm_plus_mm``'s pattern (under ``max_autotune``) takes it."""
-    if not (config.max_autotune or config.max_autotune_gemm):
-        return False
-    mm = aten.mm.default
+    """Whether upstream's ``mm_plus_mm`` lowering takes ``gemm``'s sum (its
+    pattern, found first in the same pass, and its own check)."""
+    from .post_grad import is_valid_mm_plus_mm
+
+    mm, mats = aten.mm.default, [KeywordArg(f"mat{i}") for i in range(1, 5)]
+    summed = CallFunction(
+        aten.add, CallFunction(mm, *mats[:2]), CallFunction(mm, *mats[2:])
+    )
     return gemm.target is mm and any(
-        user.target is aten.add.Tensor
-        and all(getattr(a, "target", None) is mm for a in user.args)
+        is_match(match := summed.match(user)) and is_valid_mm_plus_mm(match)
         for user in gemm.users
     )
 
@@ -176,14 +179,14 @@ def can_fuse_cat_mm(
         # weight gradient reads it): reading the pieces in place saves nothing
         return decline("cat_users", "the cat has other users", gemm)
     parts = match.kwargs["parts"]
+    if not 2 <= len(parts) <= cost.MAX_PARTS:
+        return decline("num_parts", f"{len(parts)} parts", gemm)
     vals = [_val(p) for p in parts]
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
     if mat2 is None or out is None or any(v is None for v in vals):
         return decline("no_meta", "missing tensor metadata", gemm)
     rank = vals[0].dim()  # type: ignore[union-attr]
     dim = match.kwargs["dim"]
-    if not 2 <= len(parts) <= cost.MAX_PARTS:
-        return decline("num_parts", f"{len(parts)} parts", gemm)
     if any(v.dim() != rank for v in vals) or rank != (  # type: ignore[union-attr]
         3 if "size" in match.kwargs else 2
     ):
@@ -191,12 +194,12 @@ def can_fuse_cat_mm(
     if not isinstance(dim, int) or dim % rank != rank - 1:
         return decline("cat_dim", f"a cat on dim {dim}, not the last", gemm)
     widths = [v.shape[-1] for v in vals]  # type: ignore[union-attr]
-    size = match.kwargs.get("size")
-    if size is not None and (len(size) != 2 or size[1] != sum(widths)):
-        return decline("view", f"a view of the cat to {size}", gemm)
     if any(not isinstance(w, int) or w <= 0 for w in widths):
         # a guard per symbolic width would specialize it
         return decline("width", "a symbolic or empty part width", gemm)
+    size = match.kwargs.get("size")
+    if size is not None and (len(size) != 2 or size[1] != sum(widths)):
+        return decline("view", f"a view of the cat to {size}", gemm)
     if not statically_known_true(sum(widths) == mat2.shape[0]):
         return decline("k", "mat2 does not match the cat's width", gemm)
     dtypes = {v.dtype for v in (*vals, mat2, out)}  # type: ignore[union-attr]
@@ -272,18 +275,25 @@ def _check(match: Match) -> bool:
     return True
 
 
-def _lower(match: Match, *, parts: Any, dim: int, mat2: Any, **kw: Any) -> Any:
-    bias, size = kw.get("bias"), kw.get("size")
+def _meaning(
+    *, parts: Any, dim: int, mat2: Any, bias: Any = None, size: Any = None, **_: Any
+) -> torch.Tensor:
+    """What a rewritten site computes, on fake tensors: Inductor's
+    ``_inductor_lowering_output_metadata_fn`` for the FakeTensorUpdater, and
+    the handler's result where a cond/while_loop body is re-run on them."""
+    lhs = torch.cat(parts, dim)
+    lhs = lhs if size is None else lhs.view(size)
+    return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
+
+
+def _lower(match: Match, *, mat2: Any, **kw: Any) -> Any:
     if isinstance(mat2, torch.Tensor):
-        # what the site computes, on the fake tensors of a FakeTensorUpdater
-        # that re-runs a cond/while_loop body
-        lhs = torch.cat(parts, dim)
-        lhs = lhs if size is None else lhs.view(size)
-        return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
+        return _meaning(mat2=mat2, **kw)
     from ..kernel.cat_linear import lower_cat_mm
 
-    rows = None if size is None else size[0]
-    return lower_cat_mm(kw["form"], parts, mat2, bias, rows, kw.get("prologues"))
+    rows = None if kw.get("size") is None else kw["size"][0]
+    bias, prologues = kw.get("bias"), kw.get("prologues")
+    return lower_cat_mm(kw["form"], kw["parts"], mat2, bias, rows, prologues)
 
 
 def patterns() -> list[Any]:
@@ -308,3 +318,4 @@ def register_cat_linear_lowerings(pass_dict: Any) -> None:
         register_lowering_pattern(pattern, extra_check=_check, pass_dict=pass_dict)(
             _lower
         )
+    _lower._inductor_lowering_output_metadata_fn = _meaning  # type: ignore[attr-defined]

@@ -192,7 +192,7 @@ def tuned_cat_mm(
     extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
-        return extern.bind(nodes, layout).output_node()
+        return split_k_mm(parts, mat2, bias)
     prologues = prologues or ()
     loops = any(prologues)
     widths = [p.get_size()[1] for p in parts]
@@ -204,9 +204,10 @@ def tuned_cat_mm(
     epilogue: dict[str, Any] = {}
     if inp is not None:
         epilogue = dict(prefix_args=1, epilogue_fn=addmm_epilogue(layout.dtype, 1, 1))
-    choices = (
-        [extern.bind(nodes, layout)] if autotune and use_aten_gemm_kernels() else []
-    )
+    choices: list[Any] = []
+    if autotune and use_aten_gemm_kernels() and not V.graph.cpp_wrapper:
+        # the cat + mm choice, as bias_addmm, has only a Python implementation
+        choices.append(extern.bind(nodes, layout))
     for cfg in filter(None, configs):
         cat_mm_template.maybe_append_choice(
             choices,
@@ -218,7 +219,7 @@ def tuned_cat_mm(
             ACC_TYPE="tl.float32",
         )
     if not choices:
-        return extern.bind(nodes, layout).output_node()
+        return split_k_mm(parts, mat2, bias)
     if loops:
         _fold_producers(parts, prologues)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
