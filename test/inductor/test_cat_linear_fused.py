@@ -300,8 +300,8 @@ class CatLinearFusedTest(TestCase):
         a, b = torch.randn(8, 16), torch.randn(8, 24)
         c = torch.full((8,), float("nan")) if nan_bias else torch.randn(8)
         (code,) = self.common(fn, [a, b, torch.randn(40, 8), c], 0, "view")
-        # declined as scaled where the pattern matches a node with keywords
-        # (through 2.14); later pattern matchers leave such a node alone
+        # declined as scaled where the pattern matches a node with addmm's
+        # keywords; a pattern matcher that leaves such a node alone keeps it
         seen = {k for k, v in counters["inductor"].items() if "cat_linear" in k and v}
         self.assertLessEqual(seen, {"cat_linear_scaled"})
         FileCheck().check("cpp_fused_cat").check(f"beta={beta}").run(code)
