@@ -2,12 +2,13 @@
 """Inductor's device figures under the names GPUs report.
 
 ``torch.cuda.get_device_name()`` reports e.g. "NVIDIA H100 80GB HBM3" or
-"NVIDIA H200", which the datasheet table (keyed "NVIDIA H100") missed, and
-``get_device_tflops`` then fell back to Triton's estimate with the clock in
-MHz where Triton takes kHz; ``get_gpu_dram_gbps`` asked Triton before the
-datasheet.  No GPU is needed: the device is mocked, in each
-of the ways ``datasheet_tops`` and ``get_device_tflops`` ask which one it is,
-and so is ``triton.testing`` (absent from CPU builds).
+"NVIDIA H200", which the datasheet table (keyed "NVIDIA H100") missed, so
+``get_device_tflops`` fell back to Triton's estimate.  Two tests guard what
+older releases also got wrong: the clock Triton's estimate is given (kHz),
+and ``get_gpu_dram_gbps`` reading the datasheet first.  No GPU is needed: the
+device is mocked, in each of the ways ``datasheet_tops`` and
+``get_device_tflops`` ask which one it is, and so is ``triton.testing``
+(absent from CPU builds).
 """
 
 import contextlib
@@ -178,6 +179,18 @@ class TestDeviceFigures(TestCase):
         self.assertIsNone(lookup_device_info(name))
         with _reported_device(name):
             self.assertIsNone(datasheet_tops(torch.bfloat16))
+
+    def test_variant_suffix_of_a_reported_name(self):
+        # where the table ignores a trailing variant suffix (the " VF" of an
+        # SR-IOV virtual function), a reported part's name keeps its figures
+        suffixes = getattr(device_info, "_DEVICE_NAME_VARIANT_SUFFIXES", None)
+        if not suffixes:
+            self.skipTest("this table does not strip variant suffixes")
+        for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+            for suffix in suffixes:
+                self.assertIs(
+                    lookup_device_info(f"{name} {suffix}"), lookup_device_info(name)
+                )
 
     def test_names_that_matched_before_keep_their_entry(self):
         for key, info in device_info._device_mapping.items():
