@@ -352,8 +352,9 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_next_to_mm_plus_mm(self, summed):
         # Under max_autotune, mm_plus_mm takes add(mm, mm) where its own check
         # passes (equal shapes), before this lowering sees the mm; the cat is
-        # then made for it, and the other head on the cat declines.  Where that check fails (a
-        # broadcast sum) both heads read the pieces in place.
+        # then made for it, and the other head on the cat declines.  Where
+        # that check fails (a broadcast sum) both heads read the pieces in
+        # place.
         def fn(a, b, c, w1, w2, w3, bias):
             x = torch.cat([a, b], 1)
             return x @ w1 + c @ w2, F.linear(x, w3, bias)

@@ -15,6 +15,7 @@ Counters: ``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -114,17 +115,21 @@ def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
     return [r for r in readers if r.target is not aten.sym_size.int]
 
 
+# mm_plus_mm's pattern in post_grad.py, whose matches its own check decides
+_SUMMED_MMS = CallFunction(
+    aten.add,
+    CallFunction(aten.mm.default, KeywordArg("mat1"), KeywordArg("mat2")),
+    CallFunction(aten.mm.default, KeywordArg("mat3"), KeywordArg("mat4")),
+)
+
+
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
     """Whether upstream's ``mm_plus_mm`` lowering takes ``gemm``'s sum (its
     pattern, found first in the same pass, and its own check)."""
     from .post_grad import is_valid_mm_plus_mm
 
-    mm, mats = aten.mm.default, [KeywordArg(f"mat{i}") for i in range(1, 5)]
-    summed = CallFunction(
-        aten.add, CallFunction(mm, *mats[:2]), CallFunction(mm, *mats[2:])
-    )
-    return gemm.target is mm and any(
-        is_match(match := summed.match(user)) and is_valid_mm_plus_mm(match)
+    return gemm.target is aten.mm.default and any(
+        is_match(match := _SUMMED_MMS.match(user)) and is_valid_mm_plus_mm(match)
         for user in gemm.users
     )
 
@@ -296,20 +301,21 @@ def _lower(match: Match, *, mat2: Any, **kw: Any) -> Any:
     return lower_cat_mm(kw["form"], kw["parts"], mat2, bias, rows, prologues)
 
 
-def patterns() -> list[Any]:
+@functools.cache
+def patterns() -> tuple[Any, ...]:
     cat = CallFunction(
         aten.cat.default, KeywordArg("parts"), KeywordArg("dim"), _users=MULTIPLE
     )
     viewed = CallFunction(list(_VIEWS), cat, KeywordArg("size"), _users=MULTIPLE)
     mat2, bias = KeywordArg("mat2"), KeywordArg("bias")
-    return [
+    return tuple(
         pattern
         for lhs in (cat, viewed)
         for pattern in (
             CallFunction(aten.mm.default, lhs, mat2),
             CallFunction(aten.addmm.default, bias, lhs, mat2),
         )
-    ]
+    )
 
 
 def register_cat_linear_lowerings(pass_dict: Any) -> None:
