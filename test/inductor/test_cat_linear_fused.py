@@ -384,12 +384,13 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_site_alignment(self):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the
         # weight's leading stride (K for linear's transposed weight, N for
-        # x @ W), as pad_mm counts alignment
+        # x @ W), as pad_mm counts alignment; and whether the template reads
+        # the pieces (input ones as they are) and the weight at aligned rows
         sites = []
         decide = cost.decide
 
         def record(site):
-            sites.append(site.gemm_aligned)
+            sites.append((site.gemm_aligned, site.pieces_aligned, site.weight_aligned))
             return decide(site)
 
         cases = [
@@ -409,7 +410,15 @@ class CatLinearFusedTest(TestCase):
                 torch._dynamo.reset()
                 with fusion(None):
                     torch.compile(fn)(*parts, w)
-        self.assertEqual(sites, [False, True, False, True])
+        self.assertEqual(
+            sites,
+            [
+                (False, False, False),
+                (True, True, True),
+                (False, True, False),
+                (True, True, True),
+            ],
+        )
 
     def test_cat_linear_in_cond_branches(self):
         # A site in a cond branch is lowered with its subgraph; the parent
@@ -549,6 +558,21 @@ class CatLinearFusedTest(TestCase):
             # on its unaligned kernels (the lowering's site() says which)
             unaligned = cuda_site((128, 351), 2048, gemm_aligned=False)
             self.assertEqual(cost.decide(unaligned).form, "mm")
+            # ... even with little to save (as DLRM's top MLP: a gather makes
+            # the 351, written as stock writes it), where the template reads
+            # every piece at aligned rows; a copy of the weight counts
+            dlrm = cuda_site(
+                (128, 351), 2048, rows=16384, produced=[False, True], gemm_aligned=False
+            )
+            ridge = cost.ridge_point(dlrm.device, dlrm.dtype)
+            unfolded = dataclasses.replace(dlrm, prologue_fusion=False)
+            self.assertLess(unfolded.speedup_bound(ridge), cost.MARGIN)
+            self.assertEqual(cost.decide(dlrm), cost.decide(unfolded))
+            self.assertEqual(cost.decide(dlrm).form, "mm")
+            misaligned = dataclasses.replace(dlrm, pieces_aligned=False)
+            self.assertEqual(cost.decide(misaligned).counter, "screened")
+            copied = dataclasses.replace(dlrm, weight_aligned=False)
+            self.assertLess(copied.speedup_bound(ridge), dlrm.speedup_bound(ridge))
             # a K tail before the last piece needs the per-piece loops: left
             # to max_autotune where compute-bound
             self.assertFalse(cuda_site((351, 128), 2048).one_loop)
@@ -760,6 +784,34 @@ class CatLinearFusedTest(TestCase):
             one_loop.run(code)
         else:
             one_loop.check_not("tl.where(in_a1").run(code)
+
+    @requires_cuda_and_triton
+    def test_cat_linear_cuda_unaligned_rows(self):
+        # DLRM's top MLP: K 128 + 351, a gathered piece, read from its own
+        # buffer (no prologue), K left unpadded (pad_mm off). The template
+        # reads the pieces it realizes at aligned rows (351 wide, 352 apart)
+        # and a copy of the weight at aligned rows, with the K tail masked
+        # after the loop (a mask in it would keep every tile's loads scalar)
+        def fn(x, table, idx, w, b):
+            return F.linear(torch.cat([torch.relu(x), table[:, idx]], -1), w, b)
+
+        args = [
+            torch.randn(8192, 128, device="cuda", dtype=torch.bfloat16),
+            torch.randn(8192, 729, device="cuda", dtype=torch.bfloat16),
+            torch.randperm(729, device="cuda")[:351],
+            torch.randn(1024, 479, device="cuda", dtype=torch.bfloat16),
+            torch.randn(1024, device="cuda", dtype=torch.bfloat16),
+        ]
+        with (
+            torch.no_grad(),
+            inductor_config.patch(shape_padding=False, prologue_fusion=False),
+        ):
+            (code,) = self.common(fn, args, 1, "mm")
+        FileCheck().check("empty_strided_cuda((8192, 351), (352, 1)").run(code)
+        FileCheck().check("empty_strided_cuda((479, 1024), (1, 480)").run(code)
+        FileCheck().check("def triton_tem_").check("K // BLOCK_K").check(
+            "mask=rk[None, :] < K"
+        ).run(code)
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_one_loop_strided_pieces(self):

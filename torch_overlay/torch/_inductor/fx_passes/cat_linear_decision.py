@@ -108,6 +108,10 @@ class CatLinearSite:
     # Whether stock's GEMM reads aligned rows (the cat's K, the weight's
     # leading stride, as pad_mm counts alignment); else cuBLAS is slower.
     gemm_aligned: bool = True
+    # Whether the template reads every piece at aligned rows (those it
+    # realizes are laid out so), and the weight (else it reads a copy).
+    pieces_aligned: bool = True
+    weight_aligned: bool = True
     prologue_fusion: bool = True  # config.prologue_fusion
 
     @property
@@ -156,7 +160,8 @@ class CatLinearSite:
     def speedup_bound(self, ridge: float) -> float:
         flops, nbytes = self._gemm_flops_bytes()
         gemm = max(flops / ridge, nbytes)
-        return (gemm + self.saved_bytes()) / gemm
+        copy = 0 if self.weight_aligned else 2.0 * self.k * self.n * self.itemsize
+        return (gemm + self.saved_bytes() - copy) / gemm
 
     def compute_bound(self, ridge: float) -> bool:
         flops, nbytes = self._gemm_flops_bytes()
@@ -187,7 +192,10 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision(None, f"no roofline figures for {site.dtype}", "no_figures")
     bound = site.speedup_bound(ridge)
     best = f"best case {bound:.2f}x"
-    if bound < MARGIN:
+    # cuBLAS's kernels for unaligned rows take several times its aligned
+    # ones at a compute-bound GEMM, which the template reads aligned
+    unaligned = not site.gemm_aligned and site.pieces_aligned
+    if bound < MARGIN and not (unaligned and site.compute_bound(ridge)):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)

@@ -220,19 +220,24 @@ def site(match: Match) -> cost.CatLinearSite:
     parts = match.kwargs["parts"]
     out, mat2 = match.output_node().meta["val"], match.kwargs["mat2"].meta["val"]
     widths = tuple(p.meta["val"].shape[-1] for p in parts)
+    produced = tuple(_is_fused_producer(p) for p in parts)
     align = get_alignment_size_dtype(out.dtype)
-    leading = hint(max(mat2.stride()))
+
+    def aligned(*sizes: Any) -> bool:
+        return not any(get_padded_length(hint(x), align) for x in sizes)
+
+    rows = [p.meta["val"].stride()[-2] for p in parts]
     return cost.CatLinearSite(
         rows=hint(out.shape[0]),
         widths=widths,
         n=hint(out.shape[1]),
         dtype=out.dtype,
         device=out.device,
-        produced=tuple(_is_fused_producer(p) for p in parts),
+        produced=produced,
         max_autotune=config.max_autotune or config.max_autotune_gemm,
-        gemm_aligned=not any(
-            get_padded_length(x, align) for x in (sum(widths), leading)
-        ),
+        gemm_aligned=aligned(sum(widths), max(mat2.stride())),
+        pieces_aligned=all(p or aligned(r) for p, r in zip(produced, rows)),
+        weight_aligned=aligned(max(mat2.stride())),
         prologue_fusion=config.prologue_fusion,
     )
 

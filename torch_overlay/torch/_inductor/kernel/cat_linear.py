@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
+import sympy
+
 import torch
 
 from .. import config
@@ -22,7 +24,15 @@ from ..fx_passes.cat_linear_decision import (
     one_loop_tiles,
     whole_tiles,
 )
-from ..ir import Buffer, ComputedBuffer, FixedLayout, Pointwise
+from ..ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternKernel,
+    FixedLayout,
+    FlexibleLayout,
+    is_storage_and_layout,
+    Pointwise,
+)
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
 from ..select_algorithm import (
@@ -175,6 +185,29 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
             V.graph.invoke_quant_ops.add(buf.get_operation_name())
 
 
+def _aligned_rows(x: Any, copy: bool) -> Any:
+    """``x`` (2-D) with its leading stride a multiple of 16 bytes, so the
+    template's loads along its rows vectorize: a layout not yet fixed (a
+    piece the lowering realized) is laid out so, a fixed one copied where
+    ``copy`` (the weight)."""
+    from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
+
+    size, stride = x.get_size(), x.get_stride()
+    if not all(isinstance(v, (int, sympy.Integer)) for v in (*size, *stride)):
+        return x
+    lead, align = int(stride[0] < stride[1]), get_alignment_size_dtype(x.get_dtype())
+    pad = get_padded_length(int(stride[lead]), align)
+    if stride[1 - lead] != 1 or size[1 - lead] < align or not pad:
+        return x
+    if not copy and not (
+        is_storage_and_layout(x) and isinstance(x.get_layout(), FlexibleLayout)
+    ):
+        return x
+    exact = [1, 1]
+    exact[lead] = int(stride[lead]) + pad
+    return ExternKernel.require_exact_strides(x, exact)
+
+
 def tuned_cat_mm(
     parts: list[Any],
     mat2: Any,
@@ -188,11 +221,13 @@ def tuned_cat_mm(
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
-    nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
         return split_k_mm(parts, mat2, bias)
+    parts = [_aligned_rows(p, copy=False) for p in parts]
+    mat2 = _aligned_rows(mat2, copy=True)
+    nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
     widths = [p.get_size()[1] for p in parts]
