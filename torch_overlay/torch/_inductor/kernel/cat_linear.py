@@ -195,8 +195,9 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     size, stride = x.get_size(), x.get_stride()
     if not all(isinstance(v, (int, sympy.Integer)) for v in (*size, *stride)):
         return x
+    size, stride = [int(v) for v in size], [int(v) for v in stride]
     lead, align = int(stride[0] < stride[1]), get_alignment_size_dtype(x.get_dtype())
-    pad = get_padded_length(int(stride[lead]), align)
+    pad = get_padded_length(stride[lead], align)
     if stride[1 - lead] != 1 or size[1 - lead] < align or not pad:
         return x
     if not copy and not (
@@ -204,7 +205,7 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     ):
         return x
     exact = [1, 1]
-    exact[lead] = int(stride[lead]) + pad
+    exact[lead] = stride[lead] + pad
     return ExternKernel.require_exact_strides(x, exact)
 
 
