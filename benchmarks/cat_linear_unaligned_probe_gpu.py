@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from device_time import kernel_time_us  # noqa: E402
+from device_time import kernel_breakdown_us, kernel_time_us  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 from torch._inductor import config  # noqa: E402
-from torch._inductor.utils import run_and_get_code  # noqa: E402
+from cat_linear_fused_gpu import fresh_code, run_and_keep_code  # noqa: E402
 
 try:
     from torch._inductor.utils import fresh_cache
@@ -60,13 +60,20 @@ def aligned_view(t, align=8):
     return wide[:, :cols]
 
 
-def compiled(fn, opts, args):
-    torch._dynamo.reset()
+CODE_DIR = None
+
+
+def compiled(fn, opts, args, name):
+    """``fn`` compiled with ``opts``, as a code object of its own, without a
+    Dynamo reset: each variant keeps its code (``run_and_get_code`` resets)."""
     counters.clear()
     with fresh_cache(), config.patch(pre_grad_fusion_options=opts):
-        cfn = torch.compile(fn)
-        out, codes = run_and_get_code(cfn, *args)
+        cfn = torch.compile(fresh_code(fn, name))
+        out, codes = run_and_keep_code(cfn, *args)
     code = "\n".join(codes)
+    if CODE_DIR:
+        with open(os.path.join(CODE_DIR, f"{name}.py"), "w") as f:
+            f.write(code)
     info = {
         "counters": {k: v for k, v in counters["inductor"].items() if "cat_linear" in k},
         "template": "triton_tem" in code,
@@ -103,7 +110,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out")
+    p.add_argument("--code-dir", help="write each variant's generated code here")
+    p.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES")
     args = p.parse_args()
+    global CODE_DIR
+    CODE_DIR = args.code_dir
+    if CODE_DIR:
+        os.makedirs(CODE_DIR, exist_ok=True)
     logging.getLogger("torch._inductor.fx_passes.cat_linear_lowering").setLevel(logging.DEBUG)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     torch.manual_seed(0)
@@ -113,7 +126,7 @@ def main():
     pad_calls = trace_pad_mm()
     dev, dt = "cuda", torch.bfloat16
     rows_out = []
-    for m, widths, n in SHAPES:
+    for m, widths, n in [SHAPES[i] for i in (args.shapes or range(len(SHAPES)))]:
         k = sum(widths)
         p0 = torch.randn(m, widths[0], device=dev, dtype=dt)
         table = torch.randn(m, 27 * 27, device=dev, dtype=dt)
@@ -132,19 +145,19 @@ def main():
         fns["cublas_padded"] = lambda: torch.addmm(b, cat_p, w_p.t())
         for name, opts in (("stock", {}), ("default", {"cat_linear": {}}), ("forced", {"cat_linear": {"form": "mm"}})):
             a = (p0, table, idx, w, b)
-            cfn, out, info = compiled(produced_site, opts, a)
+            cfn, out, info = compiled(produced_site, opts, a, f"{m}_{name}")
             info["err"] = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             fns[name], infos[name] = (lambda cfn=cfn, a=a: cfn(*a)), info
         print("pad_mm:", pad_calls)
         pad_calls.clear()
         with config.patch(force_shape_pad=True):
-            _, _, info = compiled(produced_site, {}, (p0, table, idx, w, b))
+            _, _, info = compiled(produced_site, {}, (p0, table, idx, w, b), f"{m}_pad")
         print("stock, force_shape_pad:", info)
         for name, a in (
             ("forced_inputs", (p0, p1, w, b)),
             ("forced_inputs_aligned", (aligned_view(p0), aligned_view(p1), aligned_view(w), b)),
         ):
-            cfn, out, info = compiled(input_site, {"cat_linear": {"form": "mm"}}, a)
+            cfn, out, info = compiled(input_site, {"cat_linear": {"form": "mm"}}, a, f"{m}_{name}")
             info["err"] = ((out.float() - ref_in).abs().max() / ref_in.abs().max()).item()
             fns[name], infos[name] = (lambda cfn=cfn, a=a: cfn(*a)), info
         times = {name: [] for name in fns}
@@ -163,6 +176,10 @@ def main():
         print(f"\n{m} x {'+'.join(map(str, widths))} -> {n}")
         for name, us in row["us"].items():
             print(f"  {name:24s} {us:9.1f} µs  {infos.get(name, '')}")
+        for name in ("stock", "default", "forced_inputs_aligned"):
+            per = kernel_breakdown_us(fns[name])
+            row.setdefault("per_kernel", {})[name] = per
+            print(f"  {name} per kernel:", {k[:60]: round(v, 1) for k, v in per.items()})
     meta = {"machine": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps}
     if args.out:
         with open(args.out, "w") as f:

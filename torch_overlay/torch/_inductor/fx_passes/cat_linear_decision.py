@@ -93,6 +93,11 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 
 
+def compute_bound(rows: int, k: int, n: int, itemsize: int, ridge: float) -> bool:
+    """Whether a ``rows x k x n`` GEMM's roofline is its FLOPs, not its bytes."""
+    return 2.0 * rows * n * k / ridge >= ((rows + n) * k + rows * n) * itemsize
+
+
 @dataclasses.dataclass(frozen=True)
 class CatLinearSite:
     """A ``linear(cat)`` site as the decision sees it (sizes on their hints)."""
@@ -109,9 +114,8 @@ class CatLinearSite:
     # leading stride, as pad_mm counts alignment); else cuBLAS is slower.
     gemm_aligned: bool = True
     # Whether the template reads every piece at aligned rows (those it
-    # realizes are laid out so), and the weight (else it reads a copy).
+    # realizes are laid out so; at a compute-bound site, a copy of the weight).
     pieces_aligned: bool = True
-    weight_aligned: bool = True
     prologue_fusion: bool = True  # config.prologue_fusion
 
     @property
@@ -160,12 +164,10 @@ class CatLinearSite:
     def speedup_bound(self, ridge: float) -> float:
         flops, nbytes = self._gemm_flops_bytes()
         gemm = max(flops / ridge, nbytes)
-        copy = 0 if self.weight_aligned else 2.0 * self.k * self.n * self.itemsize
-        return (gemm + self.saved_bytes() - copy) / gemm
+        return (gemm + self.saved_bytes()) / gemm
 
     def compute_bound(self, ridge: float) -> bool:
-        flops, nbytes = self._gemm_flops_bytes()
-        return flops / ridge >= nbytes
+        return compute_bound(self.rows, self.k, self.n, self.itemsize, ridge)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -237,7 +237,6 @@ def site(match: Match) -> cost.CatLinearSite:
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
         pieces_aligned=all(p or aligned(r) for p, r in zip(produced, rows)),
-        weight_aligned=aligned(max(mat2.stride())),
         prologue_fusion=config.prologue_fusion,
     )
 

@@ -10,6 +10,7 @@ default, the mm heuristic's next to the extern ``cat`` + ``mm`` under
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
@@ -19,9 +20,11 @@ import torch
 
 from .. import config
 from ..fx_passes.cat_linear_decision import (
+    compute_bound,
     has_template,
     ONE_LOOP_BLOCK_KS,
     one_loop_tiles,
+    ridge_point,
     whole_tiles,
 )
 from ..ir import (
@@ -226,12 +229,19 @@ def tuned_cat_mm(
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
         return split_k_mm(parts, mat2, bias)
+    widths = [p.get_size()[1] for p in parts]
     parts = [_aligned_rows(p, copy=False) for p in parts]
-    mat2 = _aligned_rows(mat2, copy=True)
+    # a compute-bound GEMM reads each weight tile once per row block: there
+    # a copy at aligned rows pays for itself
+    ridge = ridge_point(layout.device, layout.dtype)
+    hint = functools.partial(
+        V.graph.sizevars.size_hint, fallback=config.unbacked_symint_fallback
+    )
+    size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
+    mat2 = _aligned_rows(mat2, copy=ridge is not None and compute_bound(*size, ridge))
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
-    widths = [p.get_size()[1] for p in parts]
     autotune = config.max_autotune or config.max_autotune_gemm
     if autotune:
         configs = _heuristic_configs(m, widths, mat2, layout, loops)
