@@ -235,7 +235,7 @@ def tuned_cat_mm(
     # a copy at aligned rows pays for itself
     ridge = ridge_point(layout.device, layout.dtype)
     hint = functools.partial(
-        V.graph.sizevars.size_hint, fallback=config.unbacked_symint_fallback
+        V.graph.sizevars.optimization_hint, fallback=config.unbacked_symint_fallback
     )
     size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
     mat2 = _aligned_rows(mat2, copy=ridge is not None and compute_bound(*size, ridge))
