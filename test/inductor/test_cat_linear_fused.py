@@ -381,6 +381,43 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
             FileCheck().check("cpp_fused_cat").run(code)
 
+    @parametrize("dynamic_rows", [False, True])
+    def test_cat_linear_aligned_rows(self, dynamic_rows):
+        # How the template's inputs are laid out, on the view form's GEMMs
+        # (the template itself needs a GPU): a piece the lowering realizes
+        # gets 16-byte aligned rows (351 wide, 352 apart), at any row count;
+        # one narrower than that keeps its own; the weight is copied so.
+        from torch._inductor.ir import ExternKernel
+        from torch._inductor.kernel import cat_linear as kernel
+
+        def aligned_then_split(form, parts, mat2, bias=None, rows=None, prologues=None):
+            parts = [ExternKernel.realize_input(p) for p in parts]
+            parts = [kernel._aligned_rows(p, copy=False) for p in parts]
+            mat2 = kernel._aligned_rows(ExternKernel.realize_input(mat2), copy=True)
+            return kernel.split_k_mm(parts, mat2, bias)
+
+        def fn(x, table, idx, w, b):
+            pieces = [torch.relu(x), table[:, idx], torch.sin(x[:, :3])]
+            return F.linear(torch.cat(pieces, -1), w, b)
+
+        args = [
+            torch.randn(64, 128),
+            torch.randn(64, 729),
+            torch.randperm(729)[:351],
+            torch.randn(96, 482),
+            torch.randn(96),
+        ]
+        if dynamic_rows:
+            torch._dynamo.mark_dynamic(args[0], 0)
+            torch._dynamo.mark_dynamic(args[1], 0)
+        with mock.patch.object(kernel, "lower_cat_mm", aligned_then_split):
+            (code,) = self.common(fn, args, 1, form="view")
+        FileCheck().check_regex(r"empty_strided_cpu\(\(\w+, 351\), \(352, 1\)").run(
+            code
+        )
+        FileCheck().check_regex(r"empty_strided_cpu\(\(\w+, 3\), \(3, 1\)").run(code)
+        FileCheck().check("empty_strided_cpu((482, 96), (1, 484)").run(code)
+
     def test_cat_linear_site_alignment(self):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the
         # weight's leading stride (K for linear's transposed weight, N for

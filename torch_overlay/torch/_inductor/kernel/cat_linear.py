@@ -196,12 +196,13 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
 
     size, stride = x.get_size(), x.get_stride()
-    if not all(isinstance(v, (int, sympy.Integer)) for v in (*size, *stride)):
+    if not all(isinstance(v, (int, sympy.Integer)) for v in stride):
         return x
-    size, stride = [int(v) for v in size], [int(v) for v in stride]
+    stride = [int(v) for v in stride]
     lead, align = int(stride[0] < stride[1]), get_alignment_size_dtype(x.get_dtype())
     pad = get_padded_length(stride[lead], align)
-    if stride[1 - lead] != 1 or size[1 - lead] < align or not pad:
+    short = V.graph.sizevars.statically_known_lt(size[1 - lead], align)
+    if stride[1 - lead] != 1 or not pad or short:
         return x
     if not copy and not (
         is_storage_and_layout(x) and isinstance(x.get_layout(), FlexibleLayout)
