@@ -1,6 +1,7 @@
 # Owner(s): ["module: inductor"]
 import contextlib
 import dataclasses
+import re
 from unittest import mock
 
 from hypothesis import given, settings, strategies as st
@@ -383,40 +384,52 @@ class CatLinearFusedTest(TestCase):
 
     @parametrize("dynamic_rows", [False, True])
     def test_cat_linear_aligned_rows(self, dynamic_rows):
-        # How the template's inputs are laid out, on the view form's GEMMs
-        # (the template itself needs a GPU): a piece the lowering realizes
-        # gets 16-byte aligned rows (351 wide, 352 apart), at any row count;
-        # one narrower than that keeps its own; the weight is copied so.
-        from torch._inductor.ir import ExternKernel
+        # How the lowering lays out the template's pieces, with the template
+        # left out (it needs a GPU) so that its fallback, the per-piece GEMMs,
+        # reads them: a single-use producer's piece at 16-byte aligned rows
+        # (351 wide, 352 apart) at any row count; one narrower than a vector,
+        # or read by something else too (here returned transposed, whose
+        # strides must stay eager's), as it is. The decision sees the same.
         from torch._inductor.kernel import cat_linear as kernel
 
-        def aligned_then_split(form, parts, mat2, bias=None, rows=None, prologues=None):
-            parts = [ExternKernel.realize_input(p) for p in parts]
-            parts = [kernel._aligned_rows(p, copy=False) for p in parts]
-            mat2 = kernel._aligned_rows(ExternKernel.realize_input(mat2), copy=True)
-            return kernel.split_k_mm(parts, mat2, bias)
-
         def fn(x, table, idx, w, b):
-            pieces = [torch.relu(x), table[:, idx], torch.sin(x[:, :3])]
-            return F.linear(torch.cat(pieces, -1), w, b)
+            shared = torch.cos(table[:, :301])
+            pieces = [torch.relu(x), table[:, idx], torch.sin(x[:, :3]), shared]
+            return F.linear(torch.cat(pieces, -1), w, b), shared.t()
 
         args = [
             torch.randn(64, 128),
             torch.randn(64, 729),
             torch.randperm(729)[:351],
-            torch.randn(96, 482),
+            torch.randn(96, 783),
             torch.randn(96),
         ]
         if dynamic_rows:
             torch._dynamo.mark_dynamic(args[0], 0)
             torch._dynamo.mark_dynamic(args[1], 0)
-        with mock.patch.object(kernel, "lower_cat_mm", aligned_then_split):
-            (code,) = self.common(fn, args, 1, form="view")
-        FileCheck().check_regex(r"empty_strided_cpu\(\(\w+, 351\), \(352, 1\)").run(
-            code
-        )
-        FileCheck().check_regex(r"empty_strided_cpu\(\(\w+, 3\), \(3, 1\)").run(code)
-        FileCheck().check("empty_strided_cpu((482, 96), (1, 484)").run(code)
+        sites = []
+
+        def record(site, decide=cost.decide):
+            sites.append(site.pieces_aligned)
+            return decide(site)
+
+        with (
+            mock.patch.object(kernel, "why_no_template", return_value=None),
+            mock.patch.object(kernel, "can_use_template", return_value=True),
+            mock.patch.object(kernel, "_default_config", return_value=None),
+            mock.patch.object(cost, "decide", side_effect=record),
+        ):
+            (code,) = self.common(fn, args, 1, form="mm", backward=False)
+        self.assertEqual(sites, [])  # forced: no decision
+        for rows in ("351), (352, 1)", "3), (3, 1)", "301), (301, 1)"):
+            FileCheck().check_regex(
+                r"empty_strided_cpu\(\(\w+, " + re.escape(rows)
+            ).run(code)
+        with mock.patch.object(cost, "decide", side_effect=record):
+            torch._dynamo.reset()
+            with fusion():
+                torch.compile(fn)(*args)
+        self.assertEqual(sites, [False])  # the shared piece's rows
 
     def test_cat_linear_site_alignment(self):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the

@@ -215,6 +215,19 @@ def can_fuse_cat_mm(
     return True
 
 
+def laid_out(match: Match) -> tuple[bool, ...]:
+    """Per piece, whether the lowering lays it out at aligned rows: one it
+    realizes (a single-use producer's) that a 2-D site reads whole and that
+    is at least a vector wide."""
+    align = get_alignment_size_dtype(match.output_node().meta["val"].dtype)
+    return tuple(
+        "size" not in match.kwargs
+        and _is_fused_producer(p)
+        and p.meta["val"].shape[-1] >= align
+        for p in match.kwargs["parts"]
+    )
+
+
 def site(match: Match) -> cost.CatLinearSite:
     """The site as the decision sees it (sizes on their hints)."""
     parts = match.kwargs["parts"]
@@ -236,7 +249,7 @@ def site(match: Match) -> cost.CatLinearSite:
         produced=produced,
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
-        pieces_aligned=all(p or aligned(r) for p, r in zip(produced, rows)),
+        pieces_aligned=all(f or aligned(r) for f, r in zip(laid_out(match), rows)),
         prologue_fusion=config.prologue_fusion,
     )
 
@@ -280,6 +293,7 @@ def _check(match: Match) -> bool:
         return False
     match.kwargs["form"] = decision.form
     match.kwargs["prologues"] = decision.prologues
+    match.kwargs["laid_out"] = laid_out(match)
     counters["inductor"]["cat_linear"] += 1
     return True
 
@@ -302,7 +316,9 @@ def _lower(match: Match, *, mat2: Any, **kw: Any) -> Any:
 
     rows = None if kw.get("size") is None else kw["size"][0]
     bias, prologues = kw.get("bias"), kw.get("prologues")
-    return lower_cat_mm(kw["form"], kw["parts"], mat2, bias, rows, prologues)
+    return lower_cat_mm(
+        kw["form"], kw["parts"], mat2, bias, rows, prologues, kw.get("laid_out")
+    )
 
 
 @functools.cache

@@ -190,9 +190,9 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
 
 def _aligned_rows(x: Any, copy: bool) -> Any:
     """``x`` (2-D) with its leading stride a multiple of 16 bytes, so the
-    template's loads along its rows vectorize: a layout not yet fixed (a
-    piece the lowering realized) is laid out so, a fixed one copied where
-    ``copy`` (the weight)."""
+    template's loads along its rows vectorize: a piece the lowering realized
+    (its layout not yet fixed) is laid out so, or, where ``copy``, a weight
+    with a fixed layout is copied so."""
     from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
 
     size, stride = x.get_size(), x.get_stride()
@@ -204,7 +204,7 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     short = V.graph.sizevars.statically_known_lt(size[1 - lead], align)
     if stride[1 - lead] != 1 or not pad or short:
         return x
-    if not copy and not (
+    if copy == (
         is_storage_and_layout(x) and isinstance(x.get_layout(), FlexibleLayout)
     ):
         return x
@@ -218,9 +218,12 @@ def tuned_cat_mm(
     mat2: Any,
     bias: Any = None,
     prologues: Sequence[bool] | None = None,
+    laid_out: Sequence[bool] | None = None,
 ) -> Any:
     """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts``, read in place
-    (``prologues``: in the per-piece loops layout)."""
+    (``prologues``: in the per-piece loops layout; ``laid_out``: at aligned
+    rows)."""
+    given = (parts, mat2, bias)
     m, n = parts[0].get_size()[0], mat2.get_size()[1]
     layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     parts = list(realize_inputs(*parts))
@@ -229,9 +232,10 @@ def tuned_cat_mm(
     extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
-        return split_k_mm(parts, mat2, bias)
+        return split_k_mm(*given)
     widths = [p.get_size()[1] for p in parts]
-    parts = [_aligned_rows(p, copy=False) for p in parts]
+    for i, free in enumerate(laid_out or ()):
+        parts[i] = _aligned_rows(parts[i], copy=False) if free else parts[i]
     # a compute-bound GEMM reads each weight tile once per row block: there
     # a copy at aligned rows pays for itself
     ridge = ridge_point(layout.device, layout.dtype)
@@ -266,7 +270,7 @@ def tuned_cat_mm(
             ACC_TYPE="tl.float32",
         )
     if not choices:
-        return split_k_mm(parts, mat2, bias)
+        return split_k_mm(*given)
     if loops:
         _fold_producers(parts, prologues)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
@@ -298,6 +302,7 @@ def lower_cat_mm(
     bias: Any = None,
     rows: Any = None,
     prologues: Sequence[bool] | None = None,
+    laid_out: Sequence[bool] | None = None,
 ) -> Any:
     """Lower a matched site in ``form``; 3-D ``parts`` are viewed to
     ``rows`` rows first."""
@@ -306,5 +311,5 @@ def lower_cat_mm(
             lowerings[aten.view.default](p, [rows, p.get_size()[-1]]) for p in parts
         ]
     if form == "mm":
-        return tuned_cat_mm(parts, mat2, bias, prologues)
+        return tuned_cat_mm(parts, mat2, bias, prologues, laid_out)
     return split_k_mm(parts, mat2, bias)
