@@ -93,9 +93,15 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 
 
+def gemm_flops_bytes(rows: int, k: int, n: int, itemsize: int) -> tuple[float, float]:
+    """A ``rows x k x n`` GEMM's FLOPs and its DRAM bytes (operands, output)."""
+    return 2.0 * rows * n * k, ((rows + n) * k + rows * n) * itemsize
+
+
 def compute_bound(rows: int, k: int, n: int, itemsize: int, ridge: float) -> bool:
     """Whether a ``rows x k x n`` GEMM's roofline is its FLOPs, not its bytes."""
-    return 2.0 * rows * n * k / ridge >= ((rows + n) * k + rows * n) * itemsize
+    flops, nbytes = gemm_flops_bytes(rows, k, n, itemsize)
+    return flops / ridge >= nbytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,11 +154,6 @@ class CatLinearSite:
             one_loop_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS
         )
 
-    def _gemm_flops_bytes(self) -> tuple[float, float]:
-        flops = 2.0 * self.rows * self.n * self.k
-        nbytes = ((self.rows + self.n) * self.k + self.rows * self.n) * self.itemsize
-        return flops, nbytes
-
     def saved_bytes(self) -> float:
         """A write and a read of each piece that is read in place or computed
         in the template's loads."""
@@ -162,7 +163,7 @@ class CatLinearSite:
         return 2.0 * self.rows * saved * self.itemsize
 
     def speedup_bound(self, ridge: float) -> float:
-        flops, nbytes = self._gemm_flops_bytes()
+        flops, nbytes = gemm_flops_bytes(self.rows, self.k, self.n, self.itemsize)
         gemm = max(flops / ridge, nbytes)
         return (gemm + self.saved_bytes()) / gemm
 
