@@ -61,12 +61,14 @@ def aligned_view(t, align=8):
 
 
 CODE_DIR = None
+PAD_CALLS: list = []  # what pad_mm's checks answered, per compile (trace_pad_mm)
 
 
 def compiled(fn, opts, args, name):
     """``fn`` compiled with ``opts``, as a code object of its own, without a
     Dynamo reset: each variant keeps its code (``run_and_get_code`` resets)."""
     counters.clear()
+    PAD_CALLS.clear()
     with fresh_cache(), config.patch(pre_grad_fusion_options=opts):
         cfn = torch.compile(fresh_code(fn, name))
         out, codes = run_and_keep_code(cfn, *args)
@@ -79,6 +81,8 @@ def compiled(fn, opts, args, name):
         "template": "triton_tem" in code,
         "padded_k": any(f", {k}), ({k}, 1)" in code for k in (480, 560, 568, 576)),
         "extern_mm": code.count("extern_kernels.addmm") + code.count("extern_kernels.mm"),
+        "pad_mm": list(PAD_CALLS),
+        "pad_mm_bench": counters["inductor"].get("pad_mm_bench", 0),
     }
     return cfn, out, info
 
@@ -87,7 +91,7 @@ def trace_pad_mm():
     """Log what pad_mm's checks answer (which of them declines)."""
     from torch._inductor.fx_passes import pad_mm
 
-    calls = []
+    calls = PAD_CALLS
 
     def wrap(name):
         fn = getattr(pad_mm, name)
@@ -95,12 +99,15 @@ def trace_pad_mm():
         def wrapped(*a, **kw):
             out = fn(*a, **kw)
             shapes = [tuple(x.shape) for x in a if isinstance(x, torch.Tensor)]
-            calls.append((name, shapes or [x for x in a if isinstance(x, int)], out))
+            scalars = [x for x in a if isinstance(x, (int, float))]
+            calls.append((name, shapes or scalars, out))
             return out
 
         setattr(pad_mm, name, wrapped)
 
-    for name in ("can_pad", "is_mm_compute_bound", "should_pad", "should_exclude_padding_time"):
+    names = ("can_pad", "is_mm_compute_bound", "should_pad", "should_exclude_padding_time")
+    # is_padded_faster(key, ori_time, pad_time): its benchmark's two times
+    for name in (*names, "is_padded_faster", "get_cached_should_pad"):
         if hasattr(pad_mm, name):
             wrap(name)
     return calls
@@ -123,7 +130,7 @@ def main():
     from torch._inductor.utils import get_device_tflops, get_gpu_dram_gbps
 
     print("figures:", get_device_tflops(torch.bfloat16), get_gpu_dram_gbps())
-    pad_calls = trace_pad_mm()
+    trace_pad_mm()
     dev, dt = "cuda", torch.bfloat16
     rows_out = []
     for m, widths, n in [SHAPES[i] for i in (args.shapes or range(len(SHAPES)))]:
@@ -148,8 +155,6 @@ def main():
             cfn, out, info = compiled(produced_site, opts, a, f"{m}_{name}")
             info["err"] = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             fns[name], infos[name] = (lambda cfn=cfn, a=a: cfn(*a)), info
-        print("pad_mm:", pad_calls)
-        pad_calls.clear()
         with config.patch(force_shape_pad=True):
             _, _, info = compiled(produced_site, {}, (p0, table, idx, w, b), f"{m}_pad")
         print("stock, force_shape_pad:", info)

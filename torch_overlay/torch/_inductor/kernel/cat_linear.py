@@ -1,11 +1,9 @@
 """
-``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form the
-``cat_linear`` lowering pattern (``fx_passes/cat_linear_lowering.py``) chose:
-``"mm"``, a Triton template (``templates/triton_cat_mm.py.jinja``) that reads
-the pieces in place, computes the ``prologues`` pieces' producers in its loads
-and adds the bias as its epilogue, as ``tuned_addmm`` does (one config by
-default, the mm heuristic's next to the extern ``cat`` + ``mm`` under
-``max_autotune``); ``"view"``, a chain of per-piece GEMMs, on any device.
+``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form
+``fx_passes/cat_linear_lowering.py`` chose: ``"mm"``, a Triton template that
+reads the pieces in place (one config by default; the mm heuristic's next to
+the extern ``cat`` + ``mm`` under ``max_autotune``), or ``"view"``, a chain of
+per-piece GEMMs on any device.
 """
 
 from __future__ import annotations
@@ -18,24 +16,8 @@ import sympy
 
 import torch
 
-from .. import config
-from ..fx_passes.cat_linear_decision import (
-    compute_bound,
-    has_template,
-    ONE_LOOP_BLOCK_KS,
-    one_loop_tiles,
-    ridge_point,
-    whole_tiles,
-)
-from ..ir import (
-    Buffer,
-    ComputedBuffer,
-    ExternKernel,
-    FixedLayout,
-    FlexibleLayout,
-    is_storage_and_layout,
-    Pointwise,
-)
+from .. import config, ir
+from ..fx_passes import cat_linear_decision as cost
 from ..kernel_inputs import MMKernelInputs
 from ..lowering import expand, lowerings
 from ..select_algorithm import (
@@ -57,8 +39,6 @@ from .mm_common import addmm_epilogue, mm_grid
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from ..fx_passes.cat_linear_decision import CatLinearSite
 
 
 aten = torch.ops.aten
@@ -104,16 +84,16 @@ _LOOPS_CONFIGS = [(64, 128, 64, 4, 3), (64, 128, 64, 4, 2), (64, 64, 32, 4, 2)]
 _LOOPS_NARROW_CONFIGS = [(128, 64, 64, 4, 2), (64, 64, 32, 4, 2)]
 
 
-def can_use_template(layout: FixedLayout) -> bool:
-    return has_template(layout.device, layout.dtype) and use_triton_template(
+def can_use_template(layout: ir.FixedLayout) -> bool:
+    return cost.has_template(layout.device, layout.dtype) and use_triton_template(
         layout, check_max_autotune=False
     )
 
 
-def why_no_template(site: CatLinearSite, loops: bool = False) -> str | None:
+def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None:
     """Why the template cannot compute this site here (None: it can): the
     device, dtype or GEMM backends, or no default config that fits."""
-    if not can_use_template(FixedLayout(site.device, site.dtype, [1, site.n])):
+    if not can_use_template(ir.FixedLayout(site.device, site.dtype, [1, site.n])):
         return f"no in-place template for {site.dtype} on {site.device} here"
     autotune = config.max_autotune or config.max_autotune_gemm
     if not autotune and not _default_config(site.n, site.widths, site.itemsize, loops):
@@ -127,12 +107,12 @@ def _layout(
     """``cfg`` with the template's layout flags (``ONE_LOOP`` unless ``loops``
     asks for the per-piece loops or the pieces do not allow it, ``EVEN_K``),
     or None where its stages do not fit the shared memory."""
-    one_loop = not loops and one_loop_tiles(widths, cfg["BLOCK_K"])
+    one_loop = not loops and cost.one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    even_k = one_loop and whole_tiles(widths, cfg["BLOCK_K"])
+    even_k = one_loop and cost.whole_tiles(widths, cfg["BLOCK_K"])
     return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k)
 
 
@@ -145,8 +125,8 @@ def _default_config(
     one_loop_table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
     candidates = [
         cfg
-        for block_k in ONE_LOOP_BLOCK_KS
-        if not loops and one_loop_tiles(widths, block_k)
+        for block_k in cost.ONE_LOOP_BLOCK_KS
+        if not loops and cost.one_loop_tiles(widths, block_k)
         for cfg in one_loop_table[block_k]
     ]
     candidates += _LOOPS_NARROW_CONFIGS if narrow else _LOOPS_CONFIGS
@@ -158,13 +138,13 @@ def _default_config(
 
 
 def _heuristic_configs(
-    m: Any, widths: Sequence[Any], mat2: Any, layout: FixedLayout, loops: bool
+    m: Any, widths: Sequence[Any], mat2: Any, layout: ir.FixedLayout, loops: bool
 ) -> list[dict[str, Any]]:
     """The mm heuristic's configs for the site's ``M x K x N`` problem (its
     cat is described, never made), each in the layout its BLOCK_K allows."""
-    cat = Buffer(
+    cat = ir.Buffer(
         name="cat_linear_virtual_cat",
-        layout=FixedLayout(layout.device, layout.dtype, [m, sum(widths)]),
+        layout=ir.FixedLayout(layout.device, layout.dtype, [m, sum(widths)]),
     )
     kernel_inputs = MMKernelInputs([cat, mat2])
     configs = {}
@@ -184,7 +164,7 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
     the write and read it saves)."""
     for part, fold in zip(parts, prologues):
         buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
-        if isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise):
+        if isinstance(buf, ir.ComputedBuffer) and isinstance(buf.data, ir.Pointwise):
             V.graph.invoke_quant_ops.add(buf.get_operation_name())
 
 
@@ -205,12 +185,12 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     if stride[1 - lead] != 1 or not pad or short:
         return x
     if copy == (
-        is_storage_and_layout(x) and isinstance(x.get_layout(), FlexibleLayout)
+        ir.is_storage_and_layout(x) and isinstance(x.get_layout(), ir.FlexibleLayout)
     ):
         return x
     exact = [1, 1]
     exact[lead] = stride[lead] + pad
-    return ExternKernel.require_exact_strides(x, exact)
+    return ir.ExternKernel.require_exact_strides(x, exact)
 
 
 def tuned_cat_mm(
@@ -225,7 +205,7 @@ def tuned_cat_mm(
     rows)."""
     given = (parts, mat2, bias)
     m, n = parts[0].get_size()[0], mat2.get_size()[1]
-    layout = FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
+    layout = ir.FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
@@ -238,12 +218,14 @@ def tuned_cat_mm(
         parts[i] = _aligned_rows(parts[i], copy=False) if free else parts[i]
     # a compute-bound GEMM reads each weight tile once per row block: there
     # a copy at aligned rows pays for itself
-    ridge = ridge_point(layout.device, layout.dtype)
+    ridge = cost.ridge_point(layout.device, layout.dtype)
     hint = functools.partial(
         V.graph.sizevars.optimization_hint, fallback=config.unbacked_symint_fallback
     )
     size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
-    mat2 = _aligned_rows(mat2, copy=ridge is not None and compute_bound(*size, ridge))
+    mat2 = _aligned_rows(
+        mat2, copy=ridge is not None and cost.compute_bound(*size, ridge)
+    )
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
