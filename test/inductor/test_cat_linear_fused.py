@@ -82,6 +82,22 @@ def fusion(form=None):
     return inductor_config.patch(pre_grad_fusion_options={"cat_linear": options})
 
 
+def template_left_out():
+    """The template reported available but given no config, so that a forced
+    ``"mm"`` site reaches ``tuned_cat_mm`` on a CPU: its layout of the pieces
+    and weight, then its fallback, without a GPU."""
+    from torch._inductor.kernel import cat_linear as kernel
+
+    stack = contextlib.ExitStack()
+    for name, value in (
+        ("why_no_template", None),
+        ("can_use_template", True),
+        ("_default_config", None),
+    ):
+        stack.enter_context(mock.patch.object(kernel, name, return_value=value))
+    return stack
+
+
 def cuda_site(widths, n, rows=8192, produced=None, dtype=torch.bfloat16, **kw):
     return cost.CatLinearSite(
         rows=rows,
@@ -385,13 +401,12 @@ class CatLinearFusedTest(TestCase):
     @parametrize("dynamic_rows", [False, True])
     def test_cat_linear_aligned_rows(self, dynamic_rows):
         # How the lowering lays out the template's pieces, with the template
-        # left out (it needs a GPU) so that its fallback, the per-piece GEMMs,
-        # reads them: a single-use producer's piece at 16-byte aligned rows
-        # (351 wide, 352 apart) at any row count; one narrower than a vector,
-        # or read by something else too (here returned transposed, whose
-        # strides must stay eager's), as it is. The decision sees the same.
-        from torch._inductor.kernel import cat_linear as kernel
-
+        # left out (it needs a GPU) so that its fallback, stock's cat and
+        # GEMM, reads them: a single-use producer's piece at 16-byte aligned
+        # rows (351 wide, 352 apart) at any row count; one narrower than a
+        # vector, or read by something else too (here returned transposed,
+        # whose strides must stay eager's), as it is. The decision sees the
+        # same.
         def fn(x, table, idx, w, b):
             shared = torch.cos(table[:, :301])
             pieces = [torch.relu(x), table[:, idx], torch.sin(x[:, :3]), shared]
@@ -413,12 +428,7 @@ class CatLinearFusedTest(TestCase):
             sites.append(site.pieces_aligned)
             return decide(site)
 
-        with (
-            mock.patch.object(kernel, "why_no_template", return_value=None),
-            mock.patch.object(kernel, "can_use_template", return_value=True),
-            mock.patch.object(kernel, "_default_config", return_value=None),
-            mock.patch.object(cost, "decide", side_effect=record),
-        ):
+        with template_left_out(), mock.patch.object(cost, "decide", side_effect=record):
             (code,) = self.common(fn, args, 1, form="mm", backward=False)
         self.assertEqual(sites, [])  # forced: no decision
         for rows in ("351), (352, 1)", "3), (3, 1)", "301), (301, 1)"):
@@ -430,6 +440,45 @@ class CatLinearFusedTest(TestCase):
             with fusion():
                 torch.compile(fn)(*args)
         self.assertEqual(sites, [False])  # the shared piece's rows
+
+    def test_cat_linear_weight_layout_kept(self):
+        # A weight made in the graph keeps the layout stock gives it, which
+        # its other readers see (here a view of it, returned): the lowering
+        # lays out only the pieces it owns, and copies a weight, never
+        # re-lays one out. The template is left out as above.
+        def fn(x, y, w):
+            w2 = w * 2
+            out = torch.mm(torch.cat([torch.relu(x), y], 1), w2)
+            return out, w2.unsqueeze(0)
+
+        args = [torch.randn(9, 13), torch.randn(9, 6), torch.randn(19, 5)]
+        counters.clear()
+        torch._dynamo.reset()
+        with fusion("mm"), template_left_out():
+            out = torch.compile(fn)(*args)
+        self.assertEqual(counters["inductor"]["cat_linear"], 1)
+        ref = fn(*args)
+        self.assertEqual(out, ref)
+        self.assertEqual(out[1].stride(), ref[1].stride())
+        self.assertEqual(out[1].view(-1), ref[1].view(-1))
+
+    def test_cat_linear_fallback_is_stock(self):
+        # Where the template turns out not to apply (left out as above), the
+        # site is computed as stock computes it, one GEMM over all of K: a
+        # chain of per-piece GEMMs would round each piece's 16-bit product,
+        # here 16 * 64 * 80 in each half, which overflows fp16 and cancels
+        # in the whole sum.
+        def fn(a, b, w):
+            return F.linear(torch.cat([a, b], -1), w)
+
+        a = torch.full((8, 16), 64.0, dtype=torch.float16)
+        w = torch.cat([torch.full((4, 16), 80.0), torch.full((4, 16), -80.0)], 1)
+        args = [a, a.clone(), w.half()]
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad(), fusion("mm"), template_left_out():
+            out = torch.compile(fn)(*args)
+        self.assertEqual(out, fn(*args))
 
     def test_cat_linear_site_alignment(self):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the

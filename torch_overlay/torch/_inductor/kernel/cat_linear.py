@@ -19,7 +19,7 @@ import torch
 from .. import config, ir
 from ..fx_passes import cat_linear_decision as cost
 from ..kernel_inputs import MMKernelInputs
-from ..lowering import expand, lowerings
+from ..lowering import expand, lowerings, pointwise_cat
 from ..select_algorithm import (
     autotune_select_algorithm,
     ExternKernelChoice,
@@ -212,20 +212,20 @@ def tuned_cat_mm(
     extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
-        return split_k_mm(*given)
+        return stock_mm(*given)
     widths = [p.get_size()[1] for p in parts]
     for i, free in enumerate(laid_out or ()):
         parts[i] = _aligned_rows(parts[i], copy=False) if free else parts[i]
     # a compute-bound GEMM reads each weight tile once per row block: there
-    # a copy at aligned rows pays for itself
+    # a copy at aligned rows pays for itself (a weight made in the graph keeps
+    # its layout, which its other readers may see)
     ridge = cost.ridge_point(layout.device, layout.dtype)
     hint = functools.partial(
         V.graph.sizevars.optimization_hint, fallback=config.unbacked_symint_fallback
     )
     size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
-    mat2 = _aligned_rows(
-        mat2, copy=ridge is not None and cost.compute_bound(*size, ridge)
-    )
+    if ridge is not None and cost.compute_bound(*size, ridge):
+        mat2 = _aligned_rows(mat2, copy=True)
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
@@ -252,12 +252,22 @@ def tuned_cat_mm(
             ACC_TYPE="tl.float32",
         )
     if not choices:
-        return split_k_mm(*given)
+        return stock_mm(*given)
     if loops:
         _fold_producers(parts, prologues)
     result = autotune_select_algorithm("cat_mm", choices, nodes, layout)
     # (node, choice) where autotune_select_algorithm returns the choice too
     return result[0] if isinstance(result, tuple) else result
+
+
+def stock_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
+    """Stock's computation, where the template turns out not to apply: the
+    cat (as the cat lowering's pointwise form) and one GEMM over all of K,
+    so a 16-bit sum is rounded once, as stock rounds it."""
+    cat = pointwise_cat(list(parts), 1)
+    if bias is None:
+        return lowerings[aten.mm.default](cat, mat2)
+    return lowerings[aten.addmm.default](bias, cat, mat2)
 
 
 def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
