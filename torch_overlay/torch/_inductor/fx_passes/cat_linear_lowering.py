@@ -309,16 +309,19 @@ def _meaning(
     return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
 
 
-def _lower(match: Match, *, mat2: Any, **kw: Any) -> Any:
+def _lower(match: Match, *, parts: Any, mat2: Any, size: Any = None, **kw: Any) -> Any:
     if isinstance(mat2, torch.Tensor):
-        return _meaning(mat2=mat2, **kw)
-    from ..kernel.cat_linear import lower_cat_mm
+        return _meaning(parts=parts, mat2=mat2, size=size, **kw)
+    from ..kernel.cat_linear import split_k_mm, tuned_cat_mm
+    from ..lowering import lowerings
 
-    rows = None if kw.get("size") is None else kw["size"][0]
-    bias, prologues = kw.get("bias"), kw.get("prologues")
-    return lower_cat_mm(
-        kw["form"], kw["parts"], mat2, bias, rows, prologues, kw.get("laid_out")
-    )
+    if size is not None:  # 3-D parts, viewed to the GEMM's rows
+        view = lowerings[aten.view.default]
+        parts = [view(p, [size[0], p.get_size()[-1]]) for p in parts]
+    bias = kw.get("bias")
+    if kw["form"] == "mm":
+        return tuned_cat_mm(parts, mat2, bias, kw["prologues"], kw["laid_out"])
+    return split_k_mm(parts, mat2, bias)
 
 
 @functools.cache

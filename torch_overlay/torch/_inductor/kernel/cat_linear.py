@@ -285,23 +285,3 @@ def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
             acc = lowerings[aten.addmm.default](acc, part, rows)
         start = start + width
     return acc if bias is None else lowerings[aten.add.Tensor](acc, bias)
-
-
-def lower_cat_mm(
-    form: str,
-    parts: list[Any],
-    mat2: Any,
-    bias: Any = None,
-    rows: Any = None,
-    prologues: Sequence[bool] | None = None,
-    laid_out: Sequence[bool] | None = None,
-) -> Any:
-    """Lower a matched site in ``form``; 3-D ``parts`` are viewed to
-    ``rows`` rows first."""
-    if rows is not None:
-        parts = [
-            lowerings[aten.view.default](p, [rows, p.get_size()[-1]]) for p in parts
-        ]
-    if form == "mm":
-        return tuned_cat_mm(parts, mat2, bias, prologues, laid_out)
-    return split_k_mm(parts, mat2, bias)
