@@ -40,6 +40,7 @@ of the harness, on ``--device cpu`` too: host time there, not device time).
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -82,6 +83,7 @@ SHAPES = [  # (M, piece widths, N): shared/bench/cat_linear_gpu_probe.py and bey
     (16384, (128, 351), 1024),  # DLRM's top MLP
     (8192, (256, 300), 2048),  # compute-bound, K unaligned for cuBLAS
 ]
+CODE_DIR = None  # --code-dir
 VARIANTS = ("stock", "stock_aa", "patched", "upstream", "native", "floor")
 # --autotune-extra: configs (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
 # offered next to the mm heuristic's under max_autotune, each in the layout its
@@ -243,6 +245,15 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
                 out, code = run_and_keep_code(cfn, *args)
             if dev == "cuda":
                 torch.cuda.synchronize()
+        # whether two variants compiled to the same program (a declined site
+        # should compile to stock's), and the program itself under --code-dir
+        source = "\n".join(code)
+        program = re.sub(r"^# AOT ID: .*$", "", source, flags=re.MULTILINE)  # a per-compile count
+        row.setdefault("code_sha1", {})[v] = hashlib.sha1(program.encode()).hexdigest()[:12]
+        if CODE_DIR:
+            name = f"{m}x{'+'.join(map(str, widths))}x{n}_{producer}_{row['mode']}_{v}.py"
+            with open(os.path.join(CODE_DIR, name), "w") as f:
+                f.write(source)
         row["compile_s"][v] = round(time.perf_counter() - t0, 3)
         if v.startswith("patched") or v in ("view", "mm"):
             c = counters["inductor"]
@@ -345,8 +356,13 @@ def main(argv=None):
     p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
                    help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
                         "get_device_tflops / get_gpu_dram_gbps report implausible figures on this torch")
+    p.add_argument("--code-dir", default=None, help="write each variant's output code here")
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSON")
     args = p.parse_args(argv)
+    global CODE_DIR
+    CODE_DIR = args.code_dir
+    if CODE_DIR:
+        os.makedirs(CODE_DIR, exist_ok=True)
     if args.summarize:
         rows = [r for f in args.summarize for r in json.load(open(f))["rows"]]
         print(json.dumps(summarize(rows), indent=1))
