@@ -2,8 +2,8 @@
 
 Needs a torch with the inductor-cat-linear-fused patch installed; "stock" is the
 same torch with the fusion off, so every variant shares one process, one GPU and
-one set of inputs.  Per site (M, piece widths, N; producer ``input`` or ``relu``
-on the first piece; forward under ``no_grad`` or forward+backward) it compiles
+one set of inputs.  Per site (M, piece widths, N; producer ``input``, ``relu``
+on the first piece, or a gather of the last: ``PRODUCERS``; forward under ``no_grad`` or forward+backward) it compiles
 
   stock      F.linear(torch.cat(parts, -1), W, b), fusion off
   stock_aa   the same, compiled again: identical code, the A/A pair
@@ -124,11 +124,27 @@ UPSTREAM_MIN_PIECE = 8
 AUTOTUNE_VARIANTS = ("stock_mat", "patched_mat")
 
 
+# --producers: what makes the pieces. "relu": a relu'd first piece; the last
+# piece gathered, "gather_rows" as an embedding lookup does (whole rows) or
+# "gather_cols" as DLRM's interaction does (columns: loads that do not coalesce).
+PRODUCERS = ("input", "relu", "gather_rows", "gather_cols")
+GATHER_INDEX = {}  # producer -> its index tensor, set per site by run_site
+
+
+def produce(producer, parts):
+    """The pieces as ``producer`` makes them from the inputs ``parts``."""
+    if producer == "relu":
+        return (torch.relu(parts[0]), *parts[1:])
+    if producer == "gather_rows":
+        return (*parts[:-1], parts[-1][GATHER_INDEX[producer]])
+    if producer == "gather_cols":
+        return (*parts[:-1], parts[-1][:, GATHER_INDEX[producer]])
+    return parts
+
+
 def make_fn(producer):
     def fn(w, b, *parts):
-        if producer == "relu":
-            parts = (torch.relu(parts[0]), *parts[1:])
-        return F.linear(torch.cat(parts, -1), w, b)
+        return F.linear(torch.cat(produce(producer, parts), -1), w, b)
 
     return fn
 
@@ -140,8 +156,7 @@ def make_upstream_fn(producer):
     order, the bias on the first piece."""
 
     def fn(w, b, *parts):
-        if producer == "relu":
-            parts = (torch.relu(parts[0]), *parts[1:])
+        parts = produce(producer, parts)
         out, k0 = None, 0
         for i, part in enumerate(parts):
             k1 = k0 + part.shape[-1]
@@ -226,6 +241,8 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
     b = torch.randn(n, device=dev, dtype=dtype, requires_grad=bwd)
     x = torch.cat(parts, -1).detach().requires_grad_(bwd)
     gout = torch.randn(m, n, device=dev, dtype=dtype)
+    GATHER_INDEX["gather_rows"] = torch.randperm(m, device=dev)
+    GATHER_INDEX["gather_cols"] = torch.randperm(widths[-1], device=dev)
     ref = make_fn(producer)(w, b, *parts).detach().float()
 
     compiled, row = {}, {"M": m, "Ks": list(widths), "N": n, "producer": producer,
@@ -343,7 +360,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
-    p.add_argument("--producers", default="input,relu")
+    p.add_argument("--producers", default="input,relu", help=f"comma-separated, of {PRODUCERS}")
     p.add_argument("--modes", default="fwd", help="fwd, fwd+bwd or both (comma-separated)")
     p.add_argument("--autotune", action="store_true", help="add the max_autotune pair")
     p.add_argument("--autotune-extra", action="store_true",
