@@ -3,7 +3,8 @@
 Needs a torch with the inductor-cat-linear-fused patch installed; "stock" is the
 same torch with the fusion off, so every variant shares one process, one GPU and
 one set of inputs.  Per site (M, piece widths, N; producer ``input``, ``relu``
-on the first piece, or a gather of the last: ``PRODUCERS``; forward under ``no_grad`` or forward+backward) it compiles
+on the first piece, or a gather of the last: ``PRODUCERS``; forward under
+``no_grad`` or forward+backward) it compiles
 
   stock      F.linear(torch.cat(parts, -1), W, b), fusion off
   stock_aa   the same, compiled again: identical code, the A/A pair
