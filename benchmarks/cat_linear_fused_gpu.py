@@ -266,7 +266,8 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
         # whether two variants compiled to the same program (a declined site
         # should compile to stock's), and the program itself under --code-dir
         source = "\n".join(code)
-        program = re.sub(r"^# AOT ID: .*$", "", source, flags=re.MULTILINE)  # a per-compile count
+        # a per-compile count and the cache dir's random name aside
+        program = re.sub(r"^# (AOT ID|kernel path): .*$", "", source, flags=re.MULTILINE)
         row.setdefault("code_sha1", {})[v] = hashlib.sha1(program.encode()).hexdigest()[:12]
         if CODE_DIR:
             name = f"{m}x{'+'.join(map(str, widths))}x{n}_{producer}_{row['mode']}_{v}.py"

@@ -617,6 +617,49 @@ class CatLinearFusedTest(TestCase):
                 torch.compile(fn)(x, src, dst, w)
             self.assertEqual([s.produced for s in sites], [produced], msg=fn.__name__)
 
+    def test_cat_linear_gather_kinds(self):
+        # How a produced piece loads through an index, through the pointwise
+        # ops Inductor inlines: whole rows, or along its last dim.
+        x, idx = torch.randn(80, 16), torch.randint(0, 16, (64,))
+        cases = {
+            "rows": lambda x, i: x[i],
+            "index_select_rows": lambda x, i: torch.index_select(x, 0, i),
+            "embedding": lambda x, i: F.embedding(i, x),
+            "relu_of_rows": lambda x, i: torch.relu(x[i]),
+            "difference_of_rows": lambda x, i: x[i] - x[i.flip(0)],
+            "columns": lambda x, i: x[:64, i[:16]],
+            "index_select_columns": lambda x, i: torch.index_select(x[:64], 1, i[:16]),
+            "rows_times_columns": lambda x, i: x[i] * x[:64, i[:16]],
+            "pointwise": lambda x, i: torch.relu(x[:64]),
+        }
+        expected = {
+            "columns": "other",
+            "index_select_columns": "other",
+            "rows_times_columns": "other",
+            "pointwise": None,
+        }
+        for name, make in cases.items():
+
+            def fn(a, x, i, w, make=make):
+                return F.linear(torch.cat([a, make(x, i)], -1), w)
+
+            args = (torch.randn(64, 16), x, idx)
+            sites = []
+
+            def record(site, decide=cost.decide):
+                sites.append(site)
+                return decide(site)
+
+            torch._dynamo.reset()
+            with (
+                fusion(),
+                inductor_config.patch(fx_graph_cache=False),
+                mock.patch.object(cost, "decide", side_effect=record),
+            ):
+                torch.compile(fn)(*args, torch.randn(8, 32))
+            want = (None, expected.get(name, "rows"))
+            self.assertEqual([s.gathers for s in sites], [want], msg=name)
+
     def test_cat_linear_cuda_decision(self):
         with h100_figures():
             # a memory-bound forward site of whole K tiles: taken
@@ -707,6 +750,20 @@ class CatLinearFusedTest(TestCase):
             self.assertTrue(half_off.one_loop)
             self.assertEqual(cost.decide(half_off).form, "mm")
             self.assertLess(half_off.saved_bytes(), half.saved_bytes())
+            # a gather in the loads runs once per column tile, and one along
+            # K reads uncoalesced: computed there only along rows into one
+            # column tile; else its own kernel writes it and it saves nothing
+            for gather, n, folded in (
+                ("rows", 96, (True, True)),
+                ("rows", 160, (True, False)),
+                ("other", 96, (True, False)),
+            ):
+                site = cuda_site((256, 256), n, produced=made, gathers=(None, gather))
+                self.assertEqual(site.folded, folded, msg=(gather, n))
+                self.assertEqual(cost.decide(site).prologues, folded)
+                unfolded = dataclasses.replace(site, gathers=())
+                saves = site.saved_bytes() == unfolded.saved_bytes()
+                self.assertEqual(saves, all(folded), msg=(gather, n))
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))
@@ -984,6 +1041,32 @@ class CatLinearFusedTest(TestCase):
             FileCheck().check("def triton_poi").check("def triton_tem_").check(
                 "tl.where(in_a1"
             ).run(code)
+
+    @requires_cuda_and_triton
+    @parametrize("gather", ["columns", "rows_wide_n"])
+    def test_cat_linear_cuda_gather_written_first(self, gather):
+        # A gather along K, or one read by several column tiles, is written by
+        # a kernel of its own and read in place; the relu'd piece beside it
+        # is still computed in the template's loads.
+        def fn(a, x, idx, w):
+            made = x[:, idx] if gather == "columns" else x[idx]
+            return F.linear(torch.cat([torch.relu(a), made], -1), w)
+
+        rows, n = 256, (96 if gather == "columns" else 256)
+        bf16 = dict(device="cuda", dtype=torch.bfloat16)
+        args = [
+            torch.randn(rows, 64, **bf16),
+            torch.randn(rows, 64, **bf16),
+            torch.randperm(64, device="cuda")
+            if gather == "columns"
+            else torch.randint(0, rows, (rows,), device="cuda"),
+            torch.randn(n, 128, **bf16),
+        ]
+        with torch.no_grad():
+            (code,) = self.common(fn, args, 1, "mm")
+        FileCheck().check("def triton_poi").check("def triton_tem_").check(
+            "FOLDED : tl.constexpr = 1"
+        ).check("maximum").run(code)
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_no_triton_backend(self):

@@ -47,6 +47,10 @@ COMPUTE_BOUND_MIN_K = 1024
 MAX_PARTS = 4
 # The one-loop layout's K tiles, in the order the default mode tries them.
 ONE_LOOP_BLOCK_KS = (64, 32)
+# A gather computed in the template's loads runs once per column tile of the
+# output, and one along K reads uncoalesced: it is computed there only along
+# rows where one tile covers N (the per-piece loops' BLOCK_N is at most this).
+GATHER_MAX_N = 128
 
 
 def whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
@@ -115,6 +119,9 @@ class CatLinearSite:
     device: torch.device
     # Per part: made by a pointwise or gather op that stock fuses into the cat.
     produced: tuple[bool, ...]
+    # Per part: None, or how its producer loads through an index: "rows"
+    # (each index picks whole rows) or "other".
+    gathers: tuple[str | None, ...] = ()
     max_autotune: bool = False
     # Whether stock's GEMM reads aligned rows (the cat's K, the weight's
     # leading stride, as pad_mm counts alignment); else cuBLAS is slower.
@@ -133,19 +140,30 @@ class CatLinearSite:
         return self.dtype.itemsize
 
     @property
+    def foldable(self) -> tuple[bool, ...]:
+        """Per piece, whether it is produced and its producer cheap to run in
+        the template's loads (a gather only along rows, into one column tile)."""
+        gathers = self.gathers or (None,) * len(self.produced)
+        one_tile = self.n <= GATHER_MAX_N
+        return tuple(
+            p and (g is None or (g == "rows" and one_tile))
+            for p, g in zip(self.produced, gathers)
+        )
+
+    @property
     def prologues(self) -> bool:
-        """Whether the template computes the produced pieces in its loads (its
-        per-piece loops read each piece through ``load_input``)."""
+        """Whether the template computes the foldable pieces in its loads (its
+        per-piece loops read each of them through ``load_input``)."""
         return (
             self.prologue_fusion
-            and any(self.produced)
+            and any(self.foldable)
             and has_template(self.device, self.dtype)
         )
 
     @property
     def folded(self) -> tuple[bool, ...]:
         """Per piece, whether the template computes it in its loads."""
-        return self.produced if self.prologues else ()
+        return self.foldable if self.prologues else ()
 
     @property
     def one_loop(self) -> bool:
@@ -157,8 +175,9 @@ class CatLinearSite:
     def saved_bytes(self) -> float:
         """A write and a read of each piece that is read in place or computed
         in the template's loads."""
+        folded = self.folded or (False,) * len(self.widths)
         saved = sum(
-            w for w, p in zip(self.widths, self.produced) if self.prologues or not p
+            w for w, p, f in zip(self.widths, self.produced, folded) if f or not p
         )
         return 2.0 * self.rows * saved * self.itemsize
 

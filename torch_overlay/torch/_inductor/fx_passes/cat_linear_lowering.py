@@ -97,6 +97,42 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     )
 
 
+def _reads_rows(gather: torch.fx.Node) -> bool:
+    """Whether each of ``gather``'s indices picks whole rows (the last dim is
+    not indexed), which its loads then read contiguously."""
+    if gather.target is aten.embedding.default:
+        return True
+    src = _val(gather.args[0])
+    if src is None:
+        return False
+    rank, index = src.dim(), gather.args[1]
+    if gather.target is aten.index_select.default:
+        return isinstance(index, int) and index % rank != rank - 1
+    return isinstance(index, (list, tuple)) and len(index) < rank
+
+
+def _gather_kind(node: torch.fx.Node) -> str | None:
+    """How a fused producer's loop loads through an index, through the
+    pointwise ops Inductor inlines into it: None (it does not), ``"rows"``
+    (every gather picks whole rows) or ``"other"``."""
+    kind, todo, seen = None, [node], {node}
+    while todo:
+        cur = todo.pop()
+        if cur.target in _GATHERS:
+            if not _reads_rows(cur):
+                return "other"
+            kind = "rows"
+        for arg in cur.all_input_nodes:
+            target = arg.target
+            inlined = isinstance(target, torch._ops.OpOverload) and (
+                torch.Tag.pointwise in target.tags or target in _GATHERS
+            )
+            if inlined and arg not in seen:
+                seen.add(arg)
+                todo.append(arg)
+    return kind
+
+
 _VIEWS = (aten.view.default, aten.reshape.default)
 
 
@@ -234,6 +270,7 @@ def site(match: Match) -> cost.CatLinearSite:
     out, mat2 = match.output_node().meta["val"], match.kwargs["mat2"].meta["val"]
     widths = tuple(p.meta["val"].shape[-1] for p in parts)
     produced = tuple(_is_fused_producer(p) for p in parts)
+    gathers = tuple(_gather_kind(p) if f else None for p, f in zip(parts, produced))
     align = get_alignment_size_dtype(out.dtype)
 
     def aligned(*sizes: Any) -> bool:
@@ -247,6 +284,7 @@ def site(match: Match) -> cost.CatLinearSite:
         dtype=out.dtype,
         device=out.device,
         produced=produced,
+        gathers=gathers,
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
         pieces_aligned=all(f or aligned(r) for f, r in zip(laid_out(match), rows)),

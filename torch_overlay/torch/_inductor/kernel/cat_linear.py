@@ -249,6 +249,7 @@ def tuned_cat_mm(
             **epilogue,
             **cfg,
             NUM_PARTS=len(parts),
+            FOLDED=sum(1 << i for i, fold in enumerate(prologues) if fold),
             ACC_TYPE="tl.float32",
         )
     if not choices:
