@@ -71,6 +71,7 @@ KINDS = [
     ("sub", 6),  # x - y
     ("gather", 8),  # table[idx]
     ("gather_diff", 6),  # table[j] - table[i] (x_j - x_i of two gathers)
+    ("gather_cols", 4),  # x[..., idx] (a gather along K)
     ("t", 6),  # transposed storage
     ("slice", 6),  # a column slice of a wider tensor (offset, row stride > w)
     ("colstride", 4),  # every second column (column stride 2)
@@ -160,7 +161,7 @@ def gen_case(seed: int, idx: int, device: str) -> dict:
 def describe(c: dict) -> str:
     code = {
         "in": "i", "relu": "r", "gelu": "g", "mul": "m", "sub": "s", "gather": "G",
-        "gather_diff": "D", "t": "t", "slice": "S", "colstride": "c",
+        "gather_diff": "D", "gather_cols": "C", "t": "t", "slice": "S", "colstride": "c",
         "rowstride": "R", "expand": "e", "dup": "d",
     }
     parts = ",".join(
@@ -236,6 +237,8 @@ def worker_main(args) -> int:
             return [A(L + [w], marks=[(r, True)]), A(L + [w], marks=[(r, True)])]
         if kind == "gather":
             return [A([vocab, w]), A(L, role="index", high=vocab, marks=[(r, True)])]
+        if kind == "gather_cols":
+            return [A(L + [vocab], marks=[(r, True)]), A([w], role="index", high=vocab)]
         if kind == "gather_diff":
             return [
                 A([vocab, w]),
@@ -332,6 +335,8 @@ def worker_main(args) -> int:
                     parts[j] = s[0] - s[1]
                 elif k == "gather":
                     parts[j] = s[0][s[1]]
+                elif k == "gather_cols":
+                    parts[j] = s[0][..., s[1]]
                 elif k == "gather_diff":
                     parts[j] = s[0][s[2]] - s[0][s[1]]
                 elif k in ("t", "slice", "colstride", "rowstride"):
