@@ -71,7 +71,8 @@ class DiffPR:
     """``[[patch.upstream.diff-pr]]``: a PR that is ``diff``, a stored diff against the files of ``package`` at
     ``version`` as released with the patch's earlier diff PRs applied (upstream lines only as context, new files
     whole), with its own title, summary, test plan and measured text. Each depends on the one before it, and the
-    patch's own PR (unless ``own-pr = false``) on all of them (``tools.export_pr_split``)."""
+    patch's own PR (unless ``own-pr = false``) on all of them (``tools.export_pr_split``); the first that is not
+    ``standalone`` on the patch's ``depends-on`` too."""
 
     name: str
     title: str
@@ -81,6 +82,7 @@ class DiffPR:
     package: str  # the distribution whose released files ``diff`` changes, e.g. "torchao"
     version: str  # the version of it that ``diff`` is made against
     measured: str
+    standalone: bool = False  # needs none of the patch's ``depends-on`` PRs (a fix to the release alone)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,10 +204,12 @@ def _diff_pr(d: dict, where: str) -> DiffPR:
     fields = {"name", "title", "summary", "test-plan", "diff", "package", "version", "measured"}
     if missing := sorted(fields - set(d)):
         raise PatchsetError(where, f"[[patch.upstream.diff-pr]] lacks {', '.join(missing)}")
-    if unknown := sorted(set(d) - fields):
+    if unknown := sorted(set(d) - fields - {"standalone"}):
         raise PatchsetError(where, f"[[patch.upstream.diff-pr]] has unknown keys {unknown}")
+    if not isinstance(d.get("standalone", False), bool):
+        raise PatchsetError(where, "[[patch.upstream.diff-pr]] standalone must be true or false")
     return DiffPR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["diff"], d["package"],
-                  d["version"], d["measured"].strip())
+                  d["version"], d["measured"].strip(), d.get("standalone", False))
 
 
 def _file_pr(d: dict, where: str) -> FilePR:

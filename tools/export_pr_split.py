@@ -2,9 +2,10 @@
 
 Each ``[[patch.upstream.diff-pr]]`` of a patch is a PR that stands alone: a stored diff (``diff``) against the files
 of a package's release (``package`` at ``version``, e.g. torchao's module as released; upstream lines only as
-context, new files whole) with the patch's earlier diff PRs applied. Each depends on the one before it; the patch's
-own PR (unless ``own-pr = false``: its files stay in the fork) depends on all of them. Only the release's files are
-needed, not an install of it: ``release_files`` takes them from the running Python's install of exactly that
+context, new files whole) with the patch's earlier diff PRs applied. Each depends on the one before it, and the
+first that is not ``standalone = true`` on the patch's ``depends-on`` PRs too; the patch's own PR (unless ``own-pr
+= false``: its files stay in the fork) depends on all of them. Only the release's files are needed, not an install
+of it: ``release_files`` takes them from the running Python's install of exactly that
 version, else from its wheel in the cache (``CACHE_DIR/wheels/``), which it downloads there when asked to (``pip
 download --no-deps``, as ``tools bases`` does torch's). ``export_diff_prs`` writes each to ``<out>/<name>/``:
 
@@ -110,17 +111,21 @@ def release_files(fp: DiffPR, cache_dir: Path | None = None, fetch: bool = False
 def export_diff_prs(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], fork: ForkPaths,
                     older, release: ReleaseFiles | None = None) -> tuple[list[PatchMeta], list[str]]:
     """Write each diff PR of ``p`` under ``out``, in order; their metadata (for the "Depends on" of the patch's own
-    PR) and the lines a reviewer would not accept. The first depends on ``deps``, each later one on the one before
-    it. ``release``: the files the diffs are made against (default: ``release_files`` without fetching)."""
+    PR) and the lines a reviewer would not accept. Each depends on the one before it, and the first that is not
+    ``standalone`` on ``deps`` too. ``release``: the files the diffs are made against (default: ``release_files``
+    without fetching)."""
     assert p.upstream is not None
     metas: list[PatchMeta] = []
     findings: list[str] = []
     applied: dict[str, bytes] = {}  # the release's files as the earlier diffs leave them
+    carried = False  # whether an earlier diff PR depends on ``deps`` already
     for i, dp in enumerate(p.upstream.diff_prs, 1):
         release = release or release_files(dp)
         meta = diff_pr_meta(p, dp)
         listed = _apply_diff(root / dp.diff, dp, p, out / dp.name, release, applied)
-        text = pr_markdown(meta, [dp.measured], metas[-1:] or deps, listed)
+        depends = metas[-1:] + ([] if dp.standalone or carried else deps)
+        carried = carried or not dp.standalone
+        text = pr_markdown(meta, [dp.measured], depends, listed)
         (out / dp.name / "PR.md").write_text(text)
         findings += pasteability_findings(f"{dp.name}/PR.md", numbered(text), fork, older)
         for path, lines in added_lines((root / dp.diff).read_text()).items():

@@ -222,6 +222,25 @@ def test_export_pr_writes_diff_prs_in_order(fake_generated, tmp_path, monkeypatc
     assert 'Depends on the pytorch/ao PR "Fix gamma\'s pass".' in own
 
 
+def test_export_pr_standalone_diff_pr(fake_generated, tmp_path, monkeypatch):
+    """A standalone first diff PR (a fix to the release alone) depends on no PR; the next one depends on it and on
+    the patch's depends-on PRs."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _two_diff_prs(_split_patchset(fake_generated, tmp_path))
+    toml = fp.toml()
+    first = 'name = "gamma-registry-client"\n'
+    assert toml.count(first) == 1
+    fp.set_toml(toml.replace(first, first + "standalone = true\n"))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    assert "Depends on" not in (out / "gamma-registry-client/PR.md").read_text()
+    pr2 = (out / "gamma-fixes/PR.md").read_text()
+    assert 'Depends on the pytorch/ao PR "Register gamma\'s pass through the registry".' in pr2
+    assert 'Depends on the pytorch/pytorch PR "[inductor] Add the alpha pass".' in pr2
+    fp.set_toml(toml.replace(first, first + 'standalone = "yes"\n'))
+    with pytest.raises(PatchsetError, match="standalone must be true or false"):
+        fp.sources.load()
+
+
 def test_export_pr_own_pr_false(fake_generated, tmp_path, monkeypatch):
     """own-pr = false: only the diff PRs are written; the patch's own files stay in the fork, and it needs no
     summary or test plan for them. Without a diff PR it would propose nothing: refused when loaded."""
@@ -281,9 +300,8 @@ FIXES = "da8w4-concat-linear-fixes"
 
 @pytest.mark.slow
 def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
-    """torchao's test file as the fixes PR leaves it, run on torchao's release with the registry client PR applied
-    (its test fails: the replaced constants are kept, new nodes lack fake metadata) and with the fixes applied too
-    (it passes). Needs torchao at that version installed here and a CPU kernel for torchao::da8w4_linear_cpu (this
+    """torchao's test file as the fixes PR leaves it, run on torchao's release (its new test fails: the replaced
+    constants are kept) and with the fixes applied (it passes). Needs torchao at that version installed here and a CPU kernel for torchao::da8w4_linear_cpu (this
     checkout's, built into build/csrc/, or where DA8W4_LINEAR_CPU_LIB points)."""
     import importlib.metadata
     import os
@@ -309,10 +327,13 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
     lib = Path(da8w4_linear_cpu.default_path())
     if installed != dp.version or not lib.is_file():
         pytest.skip(f"needs {dp.package} {dp.version} installed and {lib}")
-    export_diff_prs(REPO_ROOT, p, tmp_path, [], ForkPaths.of(REPO_ROOT), None, _real_release(dp))
-    before, after = tmp_path / p.upstream.diff_prs[0].name / "files", tmp_path / FIXES / "files"
+    release = _real_release(dp)
+    export_diff_prs(REPO_ROOT, p, tmp_path, [], ForkPaths.of(REPO_ROOT), None, release)
     module = "torchao/prototype/inductor/fx_passes/da8w4_concat_linear_fusion_cpu.py"
-    test = after / "test/prototype/inductor/test_da8w4_concat_linear_fusion_cpu.py"
+    before, after = tmp_path / "release", tmp_path / FIXES / "files"
+    (before / module).parent.mkdir(parents=True)
+    (before / module).write_bytes(release.read(module))
+    test = after / "test/prototype/test_da8w4_cpu.py"
     # the pass module of each state shadows the installed one (same package, path first), the kernel loaded first
     runner = (
         "import importlib.util, runpy, sys\n"
@@ -323,7 +344,7 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
         "import torchao.prototype.inductor.fx_passes as fx; fx.da8w4_concat_linear_fusion_cpu = mod\n"
         f"sys.path.insert(0, {str(REPO_ROOT / 'csrc')!r}); import da8w4_linear_cpu\n"
         f"assert da8w4_linear_cpu.load({str(lib)!r})\n"
-        "sys.argv = [sys.argv[2], 'TestDa8w4ConcatLinearGraph']\n"
+        "sys.argv = [sys.argv[2], 'TestDa8w4Cpu.test_8da4w_concat_linear_cpu_graph']\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     # torch's run_tests writes a JUnit report, and so needs xmlrunner, wherever CI is set: not this test's concern
