@@ -45,8 +45,13 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
         lines.append(f"- docs: {_paths(p.docs)}")
     if p.upstream and (dps := p.upstream.diff_prs):
         diffs = ", then ".join(f"`{dp.diff}`" for dp in dps)
-        against = (f"against {dps[0].package} {dps[0].version}" if len(dps) == 1 else
-                   f"each against {dps[0].package} {dps[0].version} with the ones before it applied")
+        release = f"{dps[0].package} {dps[0].version}"
+        if len(dps) == 1:
+            against = f"against {release}"
+        elif dps[0].standalone:
+            against = f"the first against {release} alone, each later one with the ones before it applied"
+        else:
+            against = f"each against {release} with the ones before it applied"
         then = ("then this patch, which depends on them" if p.upstream.own_pr else
                 "the rest of this patch stays in the fork")
         lines.append(f"- upstream PRs: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`: {diffs} "
