@@ -199,6 +199,10 @@ def validate_upstream(p: PatchMeta, w: str) -> None:
     if len({(dp.package, dp.version) for dp in up.diff_prs}) > 1:
         raise PatchsetError(w, "[[patch.upstream.diff-pr]]: each is made on the ones before it, so all need one "
                                "package and version")
+    flags = [dp.standalone for dp in up.diff_prs]
+    if any(b and not a for a, b in zip(flags, flags[1:])):
+        raise PatchsetError(w, "[[patch.upstream.diff-pr]]: standalone ones come first (a later one is made on the "
+                               "ones before it)")
     if not up.own_pr and not up.diff_prs:
         raise PatchsetError(w, "[patch.upstream] own-pr = false proposes nothing without a [[patch.upstream.diff-pr]]")
     files = set(p.overlay) | set(p.tests)

@@ -631,12 +631,29 @@ class CatLinearFusedTest(TestCase):
             "index_select_columns": lambda x, i: torch.index_select(x[:64], 1, i[:16]),
             "rows_times_columns": lambda x, i: x[i] * x[:64, i[:16]],
             "pointwise": lambda x, i: torch.relu(x[:64]),
+            # whole rows, but not read contiguously or not as rows of the piece
+            "rows_of_transposed": lambda x, i: torch.relu(x[:16].t()[i]),
+            "columns_through_views": lambda x, i: torch.relu(x.t()[i[:16]].t()[:64]),
+            "row_broadcast_along_k": lambda x, i: torch.relu(
+                x[0][i[:16]].expand(64, 16)
+            ),
+            "rows_through_expand": lambda x, i: x[i[:1]].expand(64, 16) + 1,
+            "torch_gather": lambda x, i: torch.relu(
+                torch.gather(x[:64], 1, i.view(64, 1).expand(64, 16))
+            ),
+            "gathered_index": lambda x, i: x[i[i]],
         }
         expected = {
             "columns": "other",
             "index_select_columns": "other",
             "rows_times_columns": "other",
             "pointwise": None,
+            "rows_of_transposed": "other",
+            "columns_through_views": "other",
+            "row_broadcast_along_k": "other",
+            "rows_through_expand": "other",
+            "torch_gather": "other",
+            "gathered_index": "other",
         }
         for name, make in cases.items():
 
@@ -764,6 +781,10 @@ class CatLinearFusedTest(TestCase):
                 unfolded = dataclasses.replace(site, gathers=())
                 saves = site.saved_bytes() == unfolded.saved_bytes()
                 self.assertEqual(saves, all(folded), msg=(gather, n))
+            # nor under max_autotune, whose configs may tile N more finely
+            rows = cuda_site((256, 256), 96, produced=made, gathers=(None, "rows"))
+            tuned_rows = dataclasses.replace(rows, max_autotune=True)
+            self.assertEqual(tuned_rows.folded, (True, False))
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))

@@ -239,6 +239,10 @@ def test_export_pr_standalone_diff_pr(fake_generated, tmp_path, monkeypatch):
     fp.set_toml(toml.replace(first, first + 'standalone = "yes"\n'))
     with pytest.raises(PatchsetError, match="standalone must be true or false"):
         fp.sources.load()
+    second = 'name = "gamma-fixes"\n'
+    fp.set_toml(toml.replace(second, second + "standalone = true\n"))
+    with pytest.raises(PatchsetError, match="standalone ones come first"):
+        fp.sources.load()
 
 
 def test_export_pr_own_pr_false(fake_generated, tmp_path, monkeypatch):
@@ -344,7 +348,7 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
         "import torchao.prototype.inductor.fx_passes as fx; fx.da8w4_concat_linear_fusion_cpu = mod\n"
         f"sys.path.insert(0, {str(REPO_ROOT / 'csrc')!r}); import da8w4_linear_cpu\n"
         f"assert da8w4_linear_cpu.load({str(lib)!r})\n"
-        "sys.argv = [sys.argv[2], 'TestDa8w4Cpu.test_8da4w_concat_linear_cpu_graph']\n"
+        "sys.argv = [sys.argv[2], '-k', 'test_8da4w_concat_linear_cpu_graph']\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     # torch's run_tests writes a JUnit report, and so needs xmlrunner, wherever CI is set: not this test's concern
@@ -353,7 +357,7 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
         r = subprocess.run([sys.executable, "-c", runner, str(state / module), str(test)], capture_output=True,
                            text=True, timeout=300, check=False, env=env)
         assert (r.returncode == 0) == ok, (state, r.stdout[-3000:] + r.stderr[-3000:])
-        assert ("Ran 1 test" in r.stderr), r.stderr[-3000:]
+        assert ("Ran 2 tests" in r.stderr), r.stderr[-3000:]  # with and without bias
 
 
 FILE_PR = '''

@@ -49,7 +49,8 @@ MAX_PARTS = 4
 ONE_LOOP_BLOCK_KS = (64, 32)
 # A gather computed in the template's loads runs once per column tile of the
 # output, and one along K reads uncoalesced: it is computed there only along
-# rows where one tile covers N (the per-piece loops' BLOCK_N is at most this).
+# rows where one tile covers N (the per-piece loops' default configs are this
+# wide, 64 for N <= 64), and not under max_autotune, whose configs may not be.
 GATHER_MAX_N = 128
 
 
@@ -144,7 +145,7 @@ class CatLinearSite:
         """Per piece, whether it is produced and its producer cheap to run in
         the template's loads (a gather only along rows, into one column tile)."""
         gathers = self.gathers or (None,) * len(self.produced)
-        one_tile = self.n <= GATHER_MAX_N
+        one_tile = self.n <= GATHER_MAX_N and not self.max_autotune
         return tuple(
             p and (g is None or (g == "rows" and one_tile))
             for p, g in zip(self.produced, gathers)

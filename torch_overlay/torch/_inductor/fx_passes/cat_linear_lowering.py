@@ -97,39 +97,46 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     )
 
 
+# ...and the other ops that load through an index in Inductor's loops.
+_INDIRECT = (*_GATHERS, aten.gather.default)
+
+
 def _reads_rows(gather: torch.fx.Node) -> bool:
-    """Whether each of ``gather``'s indices picks whole rows (the last dim is
-    not indexed), which its loads then read contiguously."""
+    """Whether ``gather`` picks whole rows, each read contiguously: an
+    ``embedding``, or integer indices on the leading dims of a source whose
+    last dim is contiguous (a boolean mask is no loop of loads at all)."""
+    src = _val(gather.args[0])
+    if src is None or src.dim() == 0 or src.stride(-1) != 1:
+        return False
     if gather.target is aten.embedding.default:
         return True
-    src = _val(gather.args[0])
-    if src is None:
+    index = gather.args[1] if gather.target is aten.index.Tensor else None
+    if not isinstance(index, (list, tuple)) or len(index) >= src.dim():
         return False
-    rank, index = src.dim(), gather.args[1]
-    if gather.target is aten.index_select.default:
-        return isinstance(index, int) and index % rank != rank - 1
-    return isinstance(index, (list, tuple)) and len(index) < rank
+    vals = [_val(i) for i in index if i is not None]
+    return all(v is not None and v.dtype in (torch.int32, torch.int64) for v in vals)
 
 
 def _gather_kind(node: torch.fx.Node) -> str | None:
     """How a fused producer's loop loads through an index, through the
-    pointwise ops Inductor inlines into it: None (it does not), ``"rows"``
-    (every gather picks whole rows) or ``"other"``."""
-    kind, todo, seen = None, [node], {node}
+    pointwise and view ops Inductor inlines into it: None (it does not),
+    ``"rows"`` (every gather picks whole rows, reached through no view) or
+    ``"other"``."""
+    kind, todo, seen = None, [(node, False)], {node}
     while todo:
-        cur = todo.pop()
-        if cur.target in _GATHERS:
-            if not _reads_rows(cur):
+        cur, viewed = todo.pop()
+        if cur.target in _INDIRECT:
+            if viewed or not _reads_rows(cur):
                 return "other"
             kind = "rows"
         for arg in cur.all_input_nodes:
             target = arg.target
-            inlined = isinstance(target, torch._ops.OpOverload) and (
-                torch.Tag.pointwise in target.tags or target in _GATHERS
-            )
-            if inlined and arg not in seen:
+            if arg in seen or not isinstance(target, torch._ops.OpOverload):
+                continue
+            view = target.is_view
+            if view or torch.Tag.pointwise in target.tags or target in _INDIRECT:
                 seen.add(arg)
-                todo.append(arg)
+                todo.append((arg, viewed or view))
     return kind
 
 
