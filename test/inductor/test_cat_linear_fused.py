@@ -619,7 +619,8 @@ class CatLinearFusedTest(TestCase):
 
     def test_cat_linear_gather_kinds(self):
         # How a produced piece loads through an index, through the pointwise
-        # ops Inductor inlines: whole rows, or along its last dim.
+        # and view ops Inductor inlines: "rows" only for whole rows read
+        # contiguously and reached through no view, else "other".
         x, idx = torch.randn(80, 16), torch.randint(0, 16, (64,))
         cases = {
             "rows": lambda x, i: x[i],

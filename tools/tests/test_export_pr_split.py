@@ -305,8 +305,9 @@ FIXES = "da8w4-concat-linear-fixes"
 @pytest.mark.slow
 def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
     """torchao's test file as the fixes PR leaves it, run on torchao's release (its new test fails: the replaced
-    constants are kept) and with the fixes applied (it passes). Needs torchao at that version installed here and a CPU kernel for torchao::da8w4_linear_cpu (this
-    checkout's, built into build/csrc/, or where DA8W4_LINEAR_CPU_LIB points)."""
+    constants are kept) and with the fixes applied (it passes). Needs torchao at that version installed here and a
+    CPU kernel for torchao::da8w4_linear_cpu (this checkout's, built into build/csrc/, or where DA8W4_LINEAR_CPU_LIB
+    points)."""
     import importlib.metadata
     import os
     import subprocess

@@ -97,7 +97,8 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     )
 
 
-# ...and the other ops that load through an index in Inductor's loops.
+# Every op that loads through an index in Inductor's loops (the gathers and
+# aten.gather, which no piece counts as produced by).
 _INDIRECT = (*_GATHERS, aten.gather.default)
 
 
