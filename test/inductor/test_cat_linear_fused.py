@@ -643,6 +643,10 @@ class CatLinearFusedTest(TestCase):
                 torch.gather(x[:64], 1, i.view(64, 1).expand(64, 16))
             ),
             "gathered_index": lambda x, i: x[i[i]],
+            # a piece torch.gather makes is produced (stock writes it into the cat)
+            "bare_torch_gather": lambda x, i: torch.gather(
+                x[:64], 1, i.view(64, 1).expand(64, 16)
+            ),
         }
         expected = {
             "columns": "other",
@@ -655,6 +659,7 @@ class CatLinearFusedTest(TestCase):
             "rows_through_expand": "other",
             "torch_gather": "other",
             "gathered_index": "other",
+            "bare_torch_gather": "other",
         }
         for name, make in cases.items():
 
@@ -1068,8 +1073,9 @@ class CatLinearFusedTest(TestCase):
     @parametrize("gather", ["columns", "rows_wide_n"])
     def test_cat_linear_cuda_gather_written_first(self, gather):
         # A gather along K, or one read by several column tiles, is written by
-        # a kernel of its own and read in place; the relu'd piece beside it
-        # is still computed in the template's loads.
+        # a kernel of its own and read in place (a plain load of A1, the
+        # buffer that kernel writes); the relu'd piece beside it is still
+        # computed in the template's loads.
         def fn(a, x, idx, w):
             made = x[:, idx] if gather == "columns" else x[idx]
             return F.linear(torch.cat([torch.relu(a), made], -1), w)
@@ -1088,7 +1094,11 @@ class CatLinearFusedTest(TestCase):
             (code,) = self.common(fn, args, 1, "mm")
         FileCheck().check("def triton_poi").check("def triton_tem_").check(
             "FOLDED : tl.constexpr = 1"
-        ).check("maximum").run(code)
+        ).check("maximum").check("a_ptrs = A1 + (").run(code)
+        (gather_args,) = re.findall(r"triton_poi_\w*\.run\(([^\n]*)\)", code)
+        (template_args,) = re.findall(r"triton_tem_\w*\.run\(([^\n]*)\)", code)
+        written = set(re.findall(r"\bbuf\d+\b", gather_args))
+        self.assertTrue(written & set(re.findall(r"\bbuf\d+\b", template_args)))
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_no_triton_backend(self):

@@ -81,25 +81,27 @@ def hint(size: Any) -> int:
 
 
 # Gathers Inductor lowers to a pointwise loop (an indirect load).
-_GATHERS = (aten.index.Tensor, aten.index_select.default, aten.embedding.default)
+_GATHERS = (
+    aten.index.Tensor,
+    aten.index_select.default,
+    aten.embedding.default,
+    aten.gather.default,
+)
+
+
+def _is_loop(target: Any) -> bool:
+    """Whether Inductor lowers ``target`` to a pointwise loop (a gather's
+    loop loads through an index), which it inlines into its readers."""
+    return isinstance(target, torch._ops.OpOverload) and (
+        torch.Tag.pointwise in target.tags or target in _GATHERS
+    )
 
 
 def _is_fused_producer(node: torch.fx.Node) -> bool:
     """A single-user pointwise op or gather: stock writes it straight into
     the cat, and the template can compute it in its loads.  (One with other
     readers is fused with them first, and then into no template.)"""
-    target = node.target
-    return (
-        node.op == "call_function"
-        and len(node.users) == 1
-        and isinstance(target, torch._ops.OpOverload)
-        and (torch.Tag.pointwise in target.tags or target in _GATHERS)
-    )
-
-
-# Every op that loads through an index in Inductor's loops (the gathers and
-# aten.gather, which no piece counts as produced by).
-_INDIRECT = (*_GATHERS, aten.gather.default)
+    return node.op == "call_function" and len(node.users) == 1 and _is_loop(node.target)
 
 
 def _reads_rows(gather: torch.fx.Node) -> bool:
@@ -126,16 +128,13 @@ def _gather_kind(node: torch.fx.Node) -> str | None:
     kind, todo, seen = None, [(node, False)], {node}
     while todo:
         cur, viewed = todo.pop()
-        if cur.target in _INDIRECT:
+        if cur.target in _GATHERS:
             if viewed or not _reads_rows(cur):
                 return "other"
             kind = "rows"
         for arg in cur.all_input_nodes:
-            target = arg.target
-            if arg in seen or not isinstance(target, torch._ops.OpOverload):
-                continue
-            view = target.is_view
-            if view or torch.Tag.pointwise in target.tags or target in _INDIRECT:
+            view = isinstance(arg.target, torch._ops.OpOverload) and arg.target.is_view
+            if arg not in seen and (view or _is_loop(arg.target)):
                 seen.add(arg)
                 todo.append((arg, viewed or view))
     return kind

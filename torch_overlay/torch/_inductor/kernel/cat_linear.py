@@ -168,11 +168,12 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
             V.graph.invoke_quant_ops.add(buf.get_operation_name())
 
 
-def _aligned_rows(x: Any, copy: bool) -> Any:
+def _aligned_rows(x: Any) -> Any:
     """``x`` (2-D) with its leading stride a multiple of 16 bytes, so the
-    template's loads along its rows vectorize: a piece the lowering realized
-    (its layout not yet fixed) is laid out so, or, where ``copy``, a weight
-    with a fixed layout is copied so."""
+    template's loads along its rows vectorize; ``x`` itself where that
+    stride already is one, or the rows are shorter than a vector.  Where
+    ``x``'s layout is not yet fixed (a piece the lowering realized) it is
+    laid out so; otherwise (a weight) this is a copy."""
     from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
 
     size, stride = x.get_size(), x.get_stride()
@@ -184,13 +185,14 @@ def _aligned_rows(x: Any, copy: bool) -> Any:
     short = V.graph.sizevars.statically_known_lt(size[1 - lead], align)
     if stride[1 - lead] != 1 or not pad or short:
         return x
-    if copy == (
-        ir.is_storage_and_layout(x) and isinstance(x.get_layout(), ir.FlexibleLayout)
-    ):
-        return x
     exact = [1, 1]
     exact[lead] = stride[lead] + pad
     return ir.ExternKernel.require_exact_strides(x, exact)
+
+
+def _is_flexible(x: Any) -> bool:
+    """Whether ``x``'s layout is not yet fixed (the lowering realized it)."""
+    return ir.is_storage_and_layout(x) and isinstance(x.get_layout(), ir.FlexibleLayout)
 
 
 def tuned_cat_mm(
@@ -215,7 +217,8 @@ def tuned_cat_mm(
         return stock_mm(*given)
     widths = [p.get_size()[1] for p in parts]
     for i, free in enumerate(laid_out or ()):
-        parts[i] = _aligned_rows(parts[i], copy=False) if free else parts[i]
+        if free and _is_flexible(parts[i]):
+            parts[i] = _aligned_rows(parts[i])
     # a compute-bound GEMM reads each weight tile once per row block: there
     # a copy at aligned rows pays for itself (a weight made in the graph keeps
     # its layout, which its other readers may see)
@@ -225,7 +228,7 @@ def tuned_cat_mm(
     )
     size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
     if ridge is not None and cost.compute_bound(*size, ridge):
-        mat2 = _aligned_rows(mat2, copy=True)
+        mat2 = mat2 if _is_flexible(mat2) else _aligned_rows(mat2)
     nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
