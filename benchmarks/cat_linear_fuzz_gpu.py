@@ -80,6 +80,11 @@ KINDS = [
     ("dup", 2),  # the same piece twice in the cat
 ]
 VIEW_KINDS = ("t", "slice", "colstride", "rowstride", "expand")
+# opt-in producers (--extra-kinds): appended to KINDS, so they change every
+# seed's cases; the recorded seeds ran without them
+EXTRA_KINDS = {
+    "take": ("take", 6),  # torch.gather(x, -1, idx): aten.gather along K
+}
 HEADS = [
     ("linear", 18),  # F.linear(x, W)
     ("linear_bias", 20),  # F.linear(x, W, b)
@@ -162,7 +167,7 @@ def describe(c: dict) -> str:
     code = {
         "in": "i", "relu": "r", "gelu": "g", "mul": "m", "sub": "s", "gather": "G",
         "gather_diff": "D", "gather_cols": "C", "t": "t", "slice": "S", "colstride": "c",
-        "rowstride": "R", "expand": "e", "dup": "d",
+        "rowstride": "R", "expand": "e", "dup": "d", "take": "X",
     }
     parts = ",".join(
         f"{p['w']}{code[p['kind']]}{'^' if p.get('where') == 'arg' else ''}"
@@ -239,6 +244,9 @@ def worker_main(args) -> int:
             return [A([vocab, w]), A(L, role="index", high=vocab, marks=[(r, True)])]
         if kind == "gather_cols":
             return [A(L + [vocab], marks=[(r, True)]), A([w], role="index", high=vocab)]
+        if kind == "take":
+            return [A(L + [vocab], marks=[(r, True)]),
+                    A(L + [w], role="index", high=vocab, marks=[(r, True)])]
         if kind == "gather_diff":
             return [
                 A([vocab, w]),
@@ -339,6 +347,8 @@ def worker_main(args) -> int:
                     parts[j] = s[0][..., s[1]]
                 elif k == "gather_diff":
                     parts[j] = s[0][s[2]] - s[0][s[1]]
+                elif k == "take":
+                    parts[j] = torch.gather(s[0], -1, s[1])
                 elif k in ("t", "slice", "colstride", "rowstride"):
                     parts[j] = apply_view(p, s[0]) if inside else s[0]
             lead = next(x.shape[:-1] for x in parts if x is not None)
@@ -859,6 +869,8 @@ def parent_main(args) -> int:
                "--deadline", str(deadline)] + extra
         if args.inject:
             cmd += ["--inject", args.inject]
+        if args.extra_kinds:
+            cmd += ["--extra-kinds", *args.extra_kinds]
         logf = open(log, "a")
         return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -1073,7 +1085,10 @@ def main() -> int:
     ap.add_argument("--inject", default=None, choices=["mismatch", "crash", "die", "hang"],
                     help="harness self-test: fake a mismatch / crash / worker death / hang "
                          "in the option-on run (stock untouched)")
+    ap.add_argument("--extra-kinds", nargs="+", default=[], choices=sorted(EXTRA_KINDS),
+                    help="opt-in piece producers (they change every seed's cases)")
     args = ap.parse_args()
+    KINDS.extend(EXTRA_KINDS[k] for k in args.extra_kinds)
     if args.print_cases:
         for i in range(args.start, args.start + args.print_cases):
             c = gen_case(args.seed, i, args.device)
