@@ -305,7 +305,8 @@ FIXES = "da8w4-concat-linear-fixes"
 @pytest.mark.slow
 def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
     """torchao's test file as the fixes PR leaves it, run on torchao's release (its new test fails: the replaced
-    constants are kept) and with the fixes applied (it passes). Needs torchao at that version installed here and a
+    constants are kept; the shared-weight one passes on both: a constant still read stays) and with the fixes applied
+    (all pass). Needs torchao at that version installed here and a
     CPU kernel for torchao::da8w4_linear_cpu (this checkout's, built into build/csrc/, or where DA8W4_LINEAR_CPU_LIB
     points)."""
     import importlib.metadata
@@ -358,7 +359,7 @@ def test_real_fixes_pr_test_fails_before_and_passes_after(tmp_path):
         r = subprocess.run([sys.executable, "-c", runner, str(state / module), str(test)], capture_output=True,
                            text=True, timeout=300, check=False, env=env)
         assert (r.returncode == 0) == ok, (state, r.stdout[-3000:] + r.stderr[-3000:])
-        assert ("Ran 2 tests" in r.stderr), r.stderr[-3000:]  # with and without bias
+        assert ("Ran 3 tests" in r.stderr), r.stderr[-3000:]  # with and without bias, and a shared weight
 
 
 FILE_PR = '''
