@@ -845,6 +845,8 @@ def parent_main(args) -> int:
     open(events, "w").close()
     open(log, "w").close()
     cmd_base = f"{sys.executable} {here} --device {args.device}"
+    if args.extra_kinds:  # a seed's cases depend on them
+        cmd_base += " --extra-kinds " + " ".join(args.extra_kinds)
     summ = Summary(args, cmd_base)
     summ.write()
     deadline = time.time() + args.seconds
@@ -1088,6 +1090,7 @@ def main() -> int:
     ap.add_argument("--extra-kinds", nargs="+", default=[], choices=sorted(EXTRA_KINDS),
                     help="opt-in piece producers (they change every seed's cases)")
     args = ap.parse_args()
+    args.extra_kinds = list(dict.fromkeys(args.extra_kinds))
     KINDS.extend(EXTRA_KINDS[k] for k in args.extra_kinds)
     if args.print_cases:
         for i in range(args.start, args.start + args.print_cases):

@@ -89,7 +89,7 @@ _GATHERS = (
 )
 
 
-def _is_loop(target: Any) -> bool:
+def _lowers_to_pointwise(target: Any) -> bool:
     """Whether Inductor lowers ``target`` to a pointwise loop (a gather's
     loop loads through an index), which it inlines into its readers."""
     return isinstance(target, torch._ops.OpOverload) and (
@@ -101,7 +101,11 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
     """A single-user pointwise op or gather: stock writes it straight into
     the cat, and the template can compute it in its loads.  (One with other
     readers is fused with them first, and then into no template.)"""
-    return node.op == "call_function" and len(node.users) == 1 and _is_loop(node.target)
+    return (
+        node.op == "call_function"
+        and len(node.users) == 1
+        and _lowers_to_pointwise(node.target)
+    )
 
 
 def _reads_rows(gather: torch.fx.Node) -> bool:
@@ -113,6 +117,7 @@ def _reads_rows(gather: torch.fx.Node) -> bool:
         return False
     if gather.target is aten.embedding.default:
         return True
+    # index_select reaches here as aten.index; aten.gather is never rows
     index = gather.args[1] if gather.target is aten.index.Tensor else None
     if not isinstance(index, (list, tuple)) or len(index) >= src.dim():
         return False
@@ -134,7 +139,7 @@ def _gather_kind(node: torch.fx.Node) -> str | None:
             kind = "rows"
         for arg in cur.all_input_nodes:
             view = isinstance(arg.target, torch._ops.OpOverload) and arg.target.is_view
-            if arg not in seen and (view or _is_loop(arg.target)):
+            if arg not in seen and (view or _lowers_to_pointwise(arg.target)):
                 seen.add(arg)
                 todo.append((arg, viewed or view))
     return kind
