@@ -39,6 +39,28 @@
 
 #include "kernel_amx.cpp"
 
+// kernel_amx.cpp undefines its tile macros at its end (its code is also pasted into one file for torchao); the
+// peak stage and the permission check below issue tile instructions themselves, with the kernel's registers.
+#define kC0 0
+#define kC1 1
+#define kC2 2
+#define kC3 3
+#define kA0 4
+#define kA1 5
+#define kB0 6
+#define kB1 7
+#if defined(DA8W4_AMX_EMULATE)
+#define TILE_ZERO(t) tile_zero<t>()
+#define TILE_LOAD(t, p, stride) tile_load<t>(p, stride)
+#define TILE_STORE(t, p, stride) tile_store<t>(p, stride)
+#define TILE_DPBUSD(c, a, b) tile_dp<c, a, b, false>()
+#else
+#define TILE_ZERO(t) _tile_zero(t)
+#define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
+#define TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#endif
+
 namespace {
 
 using namespace da8w4;
@@ -374,23 +396,19 @@ double tdp_peak(int threads, int64_t n) {
     std::memset(buf, 1, sizeof(buf));
     Scratch& s = scratch;
     configure(s, 16, 16, 64);
-#if !defined(DA8W4_AMX_EMULATE)
     TILE_ZERO(kC0);
     TILE_ZERO(kC1);
     TILE_ZERO(kC2);
     TILE_ZERO(kC3);
-#else
-    tile_zero<kC0>(); tile_zero<kC1>(); tile_zero<kC2>(); tile_zero<kC3>();
-#endif
     TILE_LOAD(kA0, buf[0], 64);
     TILE_LOAD(kA1, buf[1], 64);
     TILE_LOAD(kB0, buf[2], 64);
     TILE_LOAD(kB1, buf[3], 64);
     for (int64_t i = 0; i < n; ++i) {
-      TILE_DP(false, kC0, kA0, kB0);
-      TILE_DP(false, kC1, kA0, kB1);
-      TILE_DP(false, kC2, kA1, kB0);
-      TILE_DP(false, kC3, kA1, kB1);
+      TILE_DPBUSD(kC0, kA0, kB0);
+      TILE_DPBUSD(kC1, kA0, kB1);
+      TILE_DPBUSD(kC2, kA1, kB0);
+      TILE_DPBUSD(kC3, kA1, kB1);
     }
     alignas(64) static thread_local int32_t out[16][16];
     TILE_STORE(kC0, out, 64);
