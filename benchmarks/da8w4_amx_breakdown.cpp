@@ -37,29 +37,8 @@
 #include <string>
 #include <vector>
 
+#define DA8W4_AMX_KEEP_TILE_MACROS  // the peak stage and the permission check issue tile instructions
 #include "kernel_amx.cpp"
-
-// kernel_amx.cpp undefines its tile macros at its end (its code is also pasted into one file for torchao); the
-// peak stage and the permission check below issue tile instructions themselves, with the kernel's registers.
-#define kC0 0
-#define kC1 1
-#define kC2 2
-#define kC3 3
-#define kA0 4
-#define kA1 5
-#define kB0 6
-#define kB1 7
-#if defined(DA8W4_AMX_EMULATE)
-#define TILE_ZERO(t) tile_zero<t>()
-#define TILE_LOAD(t, p, stride) tile_load<t>(p, stride)
-#define TILE_STORE(t, p, stride) tile_store<t>(p, stride)
-#define TILE_DPBUSD(c, a, b) tile_dp<c, a, b, false>()
-#else
-#define TILE_ZERO(t) _tile_zero(t)
-#define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
-#define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
-#define TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
-#endif
 
 namespace {
 
@@ -405,10 +384,10 @@ double tdp_peak(int threads, int64_t n) {
     TILE_LOAD(kB0, buf[2], 64);
     TILE_LOAD(kB1, buf[3], 64);
     for (int64_t i = 0; i < n; ++i) {
-      TILE_DPBUSD(kC0, kA0, kB0);
-      TILE_DPBUSD(kC1, kA0, kB1);
-      TILE_DPBUSD(kC2, kA1, kB0);
-      TILE_DPBUSD(kC3, kA1, kB1);
+      TILE_DP(false, kC0, kA0, kB0);
+      TILE_DP(false, kC1, kA0, kB1);
+      TILE_DP(false, kC2, kA1, kB0);
+      TILE_DP(false, kC3, kA1, kB1);
     }
     alignas(64) static thread_local int32_t out[16][16];
     TILE_STORE(kC0, out, 64);

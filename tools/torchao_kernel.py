@@ -13,7 +13,7 @@ them into that one file, which the kernel PR to torchao replaces whole:
   its CPU kernels with no ISA flags where AVX-512 is missing;
 - the build's own switches are resolved as that file is built: no ``DA8W4_TUNING`` (the environment overrides and
   the "which ISA ran" query our tests and benchmarks use), no ``DA8W4_AMX_EMULATE`` (tile instructions emulated for
-  tests), no AVX2 path;
+  tests), no ``DA8W4_AMX_KEEP_TILE_MACROS`` (the AMX breakdown benchmark's), no AVX2 path;
 - every ``#include <...>`` moves to the top, ahead of the FP-contraction pragma; ``#include "kernel.h"`` and
   ``#pragma once`` go, as do each file's opening comment (about its place in our build), except the packed-layout
   part of ``kernel.h``'s.
@@ -48,7 +48,7 @@ ANON_CLOSE = "}  // namespace"
 NS_OPEN = "namespace da8w4 {"
 NS_CLOSE = "}  // namespace da8w4"
 # Switches of our build that the port resolves as undefined.
-UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2")
+UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2", "DA8W4_AMX_KEEP_TILE_MACROS")
 
 HEADER = """\
 // Copyright (c) Meta Platforms, Inc. and affiliates.

@@ -504,6 +504,7 @@ bool gemm_impl(const AmxParams& p) {
   return true;
 }
 
+#if !defined(DA8W4_AMX_KEEP_TILE_MACROS)  // a benchmark including this file issues tiles too
 #undef TILE_ZERO
 #undef TILE_LOAD
 #undef TILE_STORE
@@ -516,6 +517,7 @@ bool gemm_impl(const AmxParams& p) {
 #undef kA1
 #undef kB0
 #undef kB1
+#endif
 
 }  // namespace
 
