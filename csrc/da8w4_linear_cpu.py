@@ -113,7 +113,7 @@ def _prepack_fake(weight, scales, qzeros):
     )
     nc, kc = n // BLOCK_N, k // bk
     return (
-        weight.new_empty((nc, kc, bk, BLOCK_N // 2), dtype=torch.uint8),
+        weight.new_empty((nc, kc, bk, BLOCK_N // 2), dtype=torch.int8),
         scales.new_empty((nc, g, BLOCK_N), dtype=torch.float32),
         scales.new_empty((nc, g, BLOCK_N), dtype=torch.int8),
         weight.new_empty((nc, kc, BLOCK_N), dtype=torch.int32),

@@ -8,7 +8,9 @@
 //
 // Packed weight layout (what prepack writes; the AMX path unpacks it per work item)
 // ---------------------------------------------------------------------------
-// weight: uint8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0.
+// weight: int8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0. The shape
+// is torchao 0.18's; its weights are uint8 with the nibbles in another order, so int8 marks
+// this layout and da8w4_linear_cpu refuses those instead of misreading them.
 // Inside one (nb, c) tile of BK * 16 bytes, for k in [0, BK) and j in [0, 16):
 //     byte (k / 4) * 64 + j * 4 + (k % 4)
 //         low  nibble = w[nb * 32 + j,      c * BK + k]

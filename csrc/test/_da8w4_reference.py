@@ -59,7 +59,7 @@ def reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
 def unpack_weight(packed):
     """Inverse of our documented packed layout (csrc/da8w4/kernel.h)."""
     nc, kc, bk, half = packed.shape
-    t = packed.reshape(nc, kc, bk // 4, 16, 4)  # [nb, c, k4, j, ki]
+    t = packed.view(torch.uint8).reshape(nc, kc, bk // 4, 16, 4)  # [nb, c, k4, j, ki]
     lo = (t & 0xF).permute(0, 3, 1, 2, 4).reshape(nc, 16, kc * bk)
     hi = (t >> 4).permute(0, 3, 1, 2, 4).reshape(nc, 16, kc * bk)
     return torch.cat([lo, hi], dim=1).reshape(nc * BN, kc * bk)

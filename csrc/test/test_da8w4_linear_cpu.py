@@ -72,7 +72,7 @@ class TestDa8w4Prepack(TestCase):
         bk = min(group_size, 128)
         g = k // group_size
         self.assertEqual(pw.shape, (n // BN, k // bk, bk, BN // 2))
-        self.assertEqual(pw.dtype, torch.uint8)
+        self.assertEqual(pw.dtype, torch.int8)
         self.assertEqual(unpack_weight(pw), w, atol=0, rtol=0)
         # Scales and zero points: [n / 32, g, n % 32] = x[n, g] (torchao's layout).
         self.assertEqual(ps, sw.reshape(n // BN, BN, g).transpose(1, 2), atol=0, rtol=0)
@@ -418,8 +418,9 @@ class TestDa8w4Linear(TestCase):
             (dict(input_qzeros=za.long()), "input_qzeros of dtype Int"),
             (dict(input_scales=sa.double()), "input_scales of dtype Float"),
             (dict(weight=pw.reshape(2, 4, 64, 8)), r"weight.size\(3\) \* 2 must be the block size 32"),
-            (dict(weight=pw.reshape(2, 4, -1)), "expected a prepacked uint8 weight"),
-            (dict(weight=torch.zeros(2, 1, 256, 16, dtype=torch.uint8)), r"weight.size\(2\)=256 must be .* at most 128"),
+            (dict(weight=pw.reshape(2, 4, -1)), "expected a prepacked int8 weight"),
+            (dict(weight=pw.view(torch.uint8)), "the weight is uint8, packed by an earlier version"),
+            (dict(weight=torch.zeros(2, 1, 256, 16, dtype=torch.int8)), r"weight.size\(2\)=256 must be .* at most 128"),
             (dict(weight_scales=ps[:1]), "expected weight_scales of shape"),
             (dict(weight_qzeros=pz.int()), "weight_qzeros of dtype Char"),
             (dict(compensation=pc[:, :2]), "expected compensation of shape"),
@@ -527,7 +528,7 @@ class TestDa8w4Fake(TestCase):
             with self.assertRaisesRegex(RuntimeError, "does not match the weight's K"):
                 da8w4(
                     torch.empty(3, 60, dtype=torch.uint8), torch.empty(3), torch.empty(3, dtype=torch.int32),
-                    (torch.empty(1, 2, 32, 16, dtype=torch.uint8), torch.empty(1, 2, 32),
+                    (torch.empty(1, 2, 32, 16, dtype=torch.int8), torch.empty(1, 2, 32),
                      torch.empty(1, 2, 32, dtype=torch.int8), torch.empty(1, 2, 32, dtype=torch.int32)),
                     None, torch.float32,
                 )

@@ -100,7 +100,8 @@ class TestDa8w4TorchaoFlow(TestCase):
         w = model.up.weight
         n, k = 128, 256
         self.assertEqual(w.qdata.shape, (n // 32, k // group_size, min(group_size, 128), 16))
-        t = w.qdata.reshape(n // 32, k // group_size, group_size // 4, 16, 4)
+        self.assertEqual(w.qdata.dtype, torch.int8)
+        t = w.qdata.view(torch.uint8).reshape(n // 32, k // group_size, group_size // 4, 16, 4)
         q = torch.cat(
             [(t & 0xF).permute(0, 3, 1, 2, 4), (t >> 4).permute(0, 3, 1, 2, 4)], dim=1
         ).reshape(n, k)

@@ -884,6 +884,28 @@ class Da8w4ConcatLinearPassTest(TestCase):
         self.assertEqual(self._run_pass(gm), 0)
         self.assertEqual(str(gm.graph), before)
 
+    def test_da8w4_concat_linear_pass_weight_layouts(self):
+        # torchao 0.18's packed weights are uint8; a layout with another byte
+        # order is int8. Either is concatenated with its own kind, never mixed.
+        op = torch.ops.torchao.da8w4_linear_cpu.default
+        for dtypes, fused in (
+            ((torch.uint8, torch.uint8), 1),
+            ((torch.int8, torch.uint8), 0),
+        ):
+            gm, _ = self._graph()
+            for i, dtype in enumerate(dtypes):
+                setattr(gm, f"qweight{i}", getattr(gm, f"qweight{i}").view(dtype))
+            before = str(gm.graph)
+            self.assertEqual(self._run_pass(gm), fused, dtypes)
+            calls = gm.graph.find_nodes(op="call_function", target=op)
+            self.assertEqual(len(calls), 2 - fused, dtypes)
+            if fused:
+                self.assertEqual(
+                    getattr(gm, calls[0].args[3].target).dtype, torch.uint8
+                )
+            else:
+                self.assertEqual(str(gm.graph), before)
+
     def test_da8w4_concat_linear_pass_freezing_off(self):
         gm, _ = self._graph()
         before = str(gm.graph)

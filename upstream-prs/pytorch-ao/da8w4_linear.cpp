@@ -51,7 +51,9 @@ namespace {
 
 // Packed weight layout (what prepack writes; the AMX path unpacks it per work item)
 // ---------------------------------------------------------------------------
-// weight: uint8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0.
+// weight: int8 [Nc, Kc, BK, 16] with BN = 32 columns per N block, BK % 4 == 0. The shape
+// is torchao 0.18's; its weights are uint8 with the nibbles in another order, so int8 marks
+// this layout and da8w4_linear_cpu refuses those instead of misreading them.
 // Inside one (nb, c) tile of BK * 16 bytes, for k in [0, BK) and j in [0, 16):
 //     byte (k / 4) * 64 + j * 4 + (k % 4)
 //         low  nibble = w[nb * 32 + j,      c * BK + k]
@@ -1052,12 +1054,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> da8w4_linear_prepack_
   // [N, G] -> [Nc, G, 32]
   at::Tensor packed_scales = sf.view({Nc, kBlockN, G}).permute({0, 2, 1}).contiguous();
   at::Tensor packed_qzeros = zi.view({Nc, kBlockN, G}).permute({0, 2, 1}).contiguous();
-  at::Tensor packed = at::empty({Nc, Kc, BK, kBlockN / 2}, weight.options().dtype(at::kByte));
+  // int8, not uint8: the bytes hold two nibbles each, as before, in another order
+  // than earlier versions' uint8 weights, which da8w4_linear_cpu therefore refuses.
+  at::Tensor packed = at::empty({Nc, Kc, BK, kBlockN / 2}, weight.options().dtype(at::kChar));
   at::Tensor comp = at::empty({Nc, Kc, kBlockN}, weight.options().dtype(at::kInt));
 
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int8_t* zp = zi.data_ptr<int8_t>();
-  uint8_t* pp = packed.data_ptr<uint8_t>();
+  uint8_t* pp = static_cast<uint8_t*>(packed.data_ptr());
   int32_t* cp = comp.data_ptr<int32_t>();
   at::parallel_for(0, Nc * Kc, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -1391,8 +1395,12 @@ at::Tensor da8w4_linear_cpu(
       output_dtype);
   TORCH_CHECK(input.dim() >= 1, "da8w4_linear_cpu: input must have at least one dimension");
   TORCH_CHECK(
-      weight.dim() == 4 && weight.scalar_type() == at::kByte,
-      "da8w4_linear_cpu: expected a prepacked uint8 weight [Nc, Kc, BK, 16], got ",
+      weight.scalar_type() != at::kByte,
+      "da8w4_linear_cpu: the weight is uint8, packed by an earlier version of da8w4_linear_prepack_cpu ",
+      "whose byte order this kernel does not read; pack the unpacked weight again with this version");
+  TORCH_CHECK(
+      weight.dim() == 4 && weight.scalar_type() == at::kChar,
+      "da8w4_linear_cpu: expected a prepacked int8 weight [Nc, Kc, BK, 16], got ",
       weight.scalar_type(),
       " of shape ",
       shape(weight.sizes()));
@@ -1509,7 +1517,7 @@ at::Tensor da8w4_linear_cpu(
   }
   if (isa == Isa::kAmx) {
     run_amx(a_ptr, K, M, symmetric ? nullptr : za.data_ptr<int32_t>(), sa.data_ptr<float>(),
-            w.data_ptr<uint8_t>(), sw.data_ptr<float>(), zw.data_ptr<int8_t>(),
+            static_cast<const uint8_t*>(w.data_ptr()), sw.data_ptr<float>(), zw.data_ptr<int8_t>(),
             symmetric ? nullptr : comp.data_ptr<int32_t>(), b.defined() ? b.data_ptr<float>() : nullptr,
             Nc, Kc, BK, G, symmetric, output_dtype, y);
     return y;
@@ -1560,7 +1568,7 @@ at::Tensor da8w4_linear_cpu(
       p.rowsum = rowsum.data() + m0 * Kc;
       p.za = symmetric ? nullptr : za.data_ptr<int32_t>() + m0;
       p.sa = sa.data_ptr<float>() + m0;
-      p.w = w.data_ptr<uint8_t>() + nb * Kc * BK * 16;
+      p.w = static_cast<const uint8_t*>(w.data_ptr()) + nb * Kc * BK * 16;
       p.sw = sw.data_ptr<float>() + nb * G * kBlockN;
       p.zw = zw.data_ptr<int8_t>() + nb * G * kBlockN;
       p.comp = symmetric ? nullptr : comp.data_ptr<int32_t>() + nb * Kc * kBlockN;

@@ -130,6 +130,20 @@ class TestDa8w4LinearCpuKernel(TestCase):
             torch.set_num_threads(before)
             torch.use_deterministic_algorithms(deterministic)
 
+    def test_refuses_weights_packed_by_earlier_versions(self):
+        # The packed weight keeps its shape (the fake and the concat-linear pass
+        # read it) but is int8: earlier versions wrote uint8 with the nibbles in
+        # another order, which this kernel must refuse rather than misread.
+        gen = torch.Generator().manual_seed(7)
+        w, sw, zw = make_weight(64, 256, 64, gen)
+        x, sa, za = make_activation((3,), 256, False, gen)
+        pw, ps, pz, pc = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+        self.assertEqual((pw.dtype, tuple(pw.shape)), (torch.int8, (2, 4, 64, 16)))
+        with self.assertRaisesRegex(RuntimeError, "packed by an earlier version"):
+            torch.ops.torchao.da8w4_linear_cpu(
+                x, sa, za, pw.view(torch.uint8), ps, pz, pc, None, torch.float
+            )
+
     def test_prepack_rejects_bad_weights(self):
         gen = torch.Generator().manual_seed(0)
         w, sw, zw = make_weight(32, 128, 32, gen)

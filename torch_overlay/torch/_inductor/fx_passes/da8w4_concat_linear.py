@@ -28,16 +28,16 @@ The packed operands are blocked along N in tiles of ``BN`` output channels
 compensation ``[N/BN, K/BK, BN]``) and every output channel is computed
 independently of the others, so concatenating along dim 0 gives exactly the
 same numbers as the separate calls.  This holds for every packed layout the
-op uses (the AMX VNNI layout and the plain nibble layout), because they only
-permute bytes inside one N tile.
+op uses (the AMX VNNI layout, the plain nibble layout, an int8-marked one),
+because they only permute bytes inside one N tile.
 
 It runs in post-grad, only with freezing (the packed weights must be constants,
 i.e. ``get_attr`` nodes) and ``config.cpp.enable_concat_linear``.
 
 Decisions:
 
-* Calls are grouped by (activation, scales, zero points, output dtype, BK,
-  K/BK, G, BN).  Compatible subsets are fused even if the activation has other
+* Calls are grouped by (activation, scales, zero points, output dtype, weight
+  dtype, BK, K/BK, G, BN), so weights of different layouts never meet.  Compatible subsets are fused even if the activation has other
   users (other linears, residual adds ...).
 * Bias on some calls and not on others: the group is still fused, with zeros
   for the calls without bias.  The kernel starts its fp32 accumulator at
@@ -106,11 +106,13 @@ _ARG_NAMES = (
 )
 # The operands that are concatenated: they must be frozen constants.
 _PACKED_ARGS = ("weight", "weight_scales", "weight_qzeros", "compensation")
+# The weight holds two int4 values per byte: uint8 in torchao 0.18's layouts, int8
+# where a kernel marks another byte order by the dtype (the shape is the same).
 _PACKED_DTYPES = {
-    "weight": torch.uint8,
-    "weight_scales": torch.float32,
-    "weight_qzeros": torch.int8,
-    "compensation": torch.int32,
+    "weight": (torch.uint8, torch.int8),
+    "weight_scales": (torch.float32,),
+    "weight_qzeros": (torch.int8,),
+    "compensation": (torch.int32,),
 }
 _OUTPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -171,6 +173,7 @@ class _Da8w4Linear:
     node: torch.fx.Node
     args: dict[str, Any]
     out_features: int
+    weight_dtype: torch.dtype
     block_k: int
     k_blocks: int
     groups: int
@@ -183,6 +186,7 @@ class _Da8w4Linear:
             self.args["input_scales"],
             self.args["input_qzeros"],
             self.args["output_dtype"],
+            self.weight_dtype,
             self.block_k,
             self.k_blocks,
             self.groups,
@@ -205,6 +209,7 @@ class _Da8w4Linear:
             node=node,
             args=args,
             out_features=n_blocks * half_bn * 2,
+            weight_dtype=wq.dtype,
             block_k=block_k,
             k_blocks=k_blocks,
             groups=ws.shape[1],
@@ -262,7 +267,7 @@ def can_concat_da8w4_linear(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
                 "skipping da8w4_concat_linear: %s of %s is not on CPU", name, node
             )
             return False
-        if name in _PACKED_DTYPES and t.dtype != _PACKED_DTYPES[name]:
+        if name in _PACKED_DTYPES and t.dtype not in _PACKED_DTYPES[name]:
             log.debug(
                 "skipping da8w4_concat_linear: %s of %s has dtype %s",
                 name,
