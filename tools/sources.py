@@ -192,10 +192,11 @@ def validate_upstream(p: PatchMeta, w: str) -> None:
         raise PatchsetError(w, f"[patch.upstream] summary has {n} words; a reviewer gets at most {SUMMARY_MAX_WORDS}")
     if re.search(r"^---\s*$|^diff --git |^Index: ", up.summary, re.M):
         raise PatchsetError(w, "[patch.upstream] summary contains a line git would take for the start of the diff")
-    for dp in up.diff_prs:
-        if (n := summary_words(dp.summary)) > SUMMARY_MAX_WORDS:
-            raise PatchsetError(w, f"[[patch.upstream.diff-pr]] {dp.name}: summary has {n} words; a reviewer gets at "
-                                   f"most {SUMMARY_MAX_WORDS}")
+    for kind, prs in (("diff-pr", up.diff_prs), ("file-pr", up.file_prs)):
+        for x in prs:
+            if (n := summary_words(x.summary)) > SUMMARY_MAX_WORDS:
+                raise PatchsetError(w, f"[[patch.upstream.{kind}]] {x.name}: summary has {n} words; a reviewer gets "
+                                       f"at most {SUMMARY_MAX_WORDS}")
     if len({(dp.package, dp.version) for dp in up.diff_prs}) > 1:
         raise PatchsetError(w, "[[patch.upstream.diff-pr]]: each is made on the ones before it, so all need one "
                                "package and version")

@@ -27,6 +27,15 @@
 #include <unistd.h>
 #endif
 
+// No FMA contraction in the output casts either: c10's software fp32 -> fp16
+// conversion (builds without F16C) adds to a product.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 namespace da8w4 {
 namespace {
 
@@ -912,3 +921,7 @@ TORCH_LIBRARY_IMPL(torchao, CPU, m) {
   m.impl("da8w4_linear_prepack_cpu", &da8w4::da8w4_linear_prepack_cpu);
   m.impl("da8w4_linear_cpu", &da8w4::da8w4_linear_cpu);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif

@@ -25,15 +25,11 @@
 #pragma once
 
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
-// in the op's order, so that all of them give the same bits. These pragmas forbid
-// FMA contraction for the functions defined after them, so that a build with a
-// compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
-// honours the pragma unless -ffp-contract=fast is given explicitly).
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// in the op's order, so that all of them give the same bits, whatever -ffp-contract the
+// build uses: the AVX-512 paths use the round-to-nearest forms of the multiply and add
+// (the same results as the plain ones), which compilers do not fuse into an FMA; the
+// scalar loop and the op's own code (output casts) forbid contraction with pragmas
+// scoped to them (clang: not under an explicit -ffp-contract=fast).
 
 #include <cstdint>
 
@@ -69,7 +65,7 @@ struct TileParams {
 //   acc   = bias[j] (or 0);  for c in order: acc += (float(P_c) * sa[m]) * sw[j,g(c)]
 // and stores acc (fp32) to out. All paths give bit-identical results: the int32 part
 // is exact and the fp32 part is the same sequence of IEEE operations (nothing is fused
-// into an FMA: see the pragmas above).
+// into an FMA: see below).
 void tile_scalar(const TileParams& p);
 #if defined(DA8W4_HAVE_AVX2)
 void tile_avx2(const TileParams& p);

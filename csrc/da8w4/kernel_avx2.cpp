@@ -7,6 +7,14 @@
 
 #include "kernel.h"
 
+// No FMA contraction in this file (kernel.h), whatever the flags.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 namespace da8w4 {
 namespace {
 
@@ -130,3 +138,7 @@ void tile_avx2(const TileParams& p) {
 }
 
 }  // namespace da8w4
+
+#if !defined(__clang__)
+#pragma GCC pop_options
+#endif

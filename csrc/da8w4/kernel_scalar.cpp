@@ -3,7 +3,15 @@
 
 namespace da8w4 {
 
+// No FMA contraction in this function, whatever the flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
 void tile_scalar(const TileParams& p) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   for (int64_t m = 0; m < p.rows; ++m) {
     float* out = p.out + m * p.ldo;
     for (int64_t j = 0; j < kBlockN; ++j) {
@@ -43,5 +51,8 @@ void tile_scalar(const TileParams& p) {
     }
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 }  // namespace da8w4

@@ -446,3 +446,7 @@ def test_file_pr_source_missing_or_table_wrong(fake_generated, tmp_path, monkeyp
     fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\nheadline = "x"\nbogus = 1\n'))
     with pytest.raises(PatchsetError, match=r"file-pr\]\] has unknown keys \['bogus'\]"):
         fp.sources.load()
+    fp.set_toml(fp.toml().replace("headline = \"x\"\nbogus = 1\n", "headline = \"x\"\n").replace(
+        "The kernel, whole.", "word " * 301))
+    with pytest.raises(PatchsetError, match=r"file-pr\]\] gamma-kernel: summary has 301 words; a reviewer gets at most 300"):
+        fp.sources.load()

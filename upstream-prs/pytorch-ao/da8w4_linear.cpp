@@ -67,15 +67,11 @@ namespace {
 //     compensation   int32 [Nc, Kc, 32]  sum over k in block c of (w[n, k] - zp[n, g(c)])
 
 // Every path does the fp32 dequantise-accumulate as separate IEEE multiplies and adds,
-// in the op's order, so that all of them give the same bits. These pragmas forbid
-// FMA contraction for the functions defined after them, so that a build with a
-// compiler's default -ffp-contract=fast and FMA enabled cannot fuse them (GCC; clang
-// honours the pragma unless -ffp-contract=fast is given explicitly).
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// in the op's order, so that all of them give the same bits, whatever -ffp-contract the
+// build uses: the AVX-512 paths use the round-to-nearest forms of the multiply and add
+// (the same results as the plain ones), which compilers do not fuse into an FMA; the
+// scalar loop and the op's own code (output casts) forbid contraction with pragmas
+// scoped to them (clang: not under an explicit -ffp-contract=fast).
 
 namespace da8w4 {
 
@@ -109,7 +105,7 @@ struct TileParams {
 //   acc   = bias[j] (or 0);  for c in order: acc += (float(P_c) * sa[m]) * sw[j,g(c)]
 // and stores acc (fp32) to out. All paths give bit-identical results: the int32 part
 // is exact and the fp32 part is the same sequence of IEEE operations (nothing is fused
-// into an FMA: see the pragmas above).
+// into an FMA: see below).
 void tile_scalar(const TileParams& p);
 #if defined(DA8W4_HAVE_AVX512VNNI)
 void tile_avx512vnni(const TileParams& p);
@@ -160,7 +156,15 @@ void pack_a_amx(const uint8_t* a, int64_t lda, int64_t rows, int64_t K, int64_t 
 void amx_release();
 #endif
 
+// No FMA contraction in this function, whatever the flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
 void tile_scalar(const TileParams& p) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   for (int64_t m = 0; m < p.rows; ++m) {
     float* out = p.out + m * p.ldo;
     for (int64_t j = 0; j < kBlockN; ++j) {
@@ -200,6 +204,9 @@ void tile_scalar(const TileParams& p) {
     }
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 }  // namespace da8w4
 
@@ -358,8 +365,11 @@ void tile_rows(const TileParams& p) {
         P_hi = _mm512_sub_epi32(P_hi, _mm512_mullo_epi32(za, comp_hi));
       }
       const __m512 sa = _mm512_set1_ps(p.sa[r]);
-      f_lo[r] = _mm512_add_ps(f_lo[r], _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_lo), sa), sw_lo));
-      f_hi[r] = _mm512_add_ps(f_hi[r], _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P_hi), sa), sw_hi));
+      constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+      const __m512 e_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_lo), sa, kRn), sw_lo, kRn);
+      const __m512 e_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_hi), sa, kRn), sw_hi, kRn);
+      f_lo[r] = _mm512_add_round_ps(f_lo[r], e_lo, kRn);
+      f_hi[r] = _mm512_add_round_ps(f_hi[r], e_hi, kRn);
     }
     if (--left_in_group == 0) {
       ++g;
@@ -699,8 +709,11 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
     }
     const __m512 a = _mm512_set1_ps(sa[r]);
     float* out = b.acc + r * ldacc;
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_mul_ps(_mm512_mul_ps(P_lo, a), sw_lo)));
-    _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16), _mm512_mul_ps(_mm512_mul_ps(P_hi, a), sw_hi)));
+    constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+    const __m512 d_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(P_lo, a, kRn), sw_lo, kRn);
+    const __m512 d_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(P_hi, a, kRn), sw_hi, kRn);
+    _mm512_storeu_ps(out, _mm512_add_round_ps(_mm512_loadu_ps(out), d_lo, kRn));
+    _mm512_storeu_ps(out + 16, _mm512_add_round_ps(_mm512_loadu_ps(out + 16), d_hi, kRn));
   }
 }
 
@@ -890,6 +903,15 @@ void amx_release() {
 #pragma GCC pop_options
 #endif
 #endif  // defined(DA8W4_HAVE_AMX)
+
+// No FMA contraction in the output casts either: c10's software fp32 -> fp16
+// conversion (builds without F16C) adds to a product.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace da8w4 {
 
@@ -1604,3 +1626,7 @@ TORCH_LIBRARY_IMPL(torchao, CPU, m) {
   m.impl("da8w4_linear_prepack_cpu", &da8w4::da8w4_linear_prepack_cpu);
   m.impl("da8w4_linear_cpu", &da8w4::da8w4_linear_cpu);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
