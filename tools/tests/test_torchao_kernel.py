@@ -112,12 +112,13 @@ def test_port_is_one_self_contained_file():
             in port
         )
         assert f'#pragma GCC target("{isa}")' in port
+    # pushed and popped: the two ISA sections' targets, the scalar loop's and the op code's FP contraction
     assert (
         port.count("#pragma GCC push_options")
         == port.count("#pragma GCC pop_options")
-        == 2
+        == 4
     )
-    # includes first (torch's, then the standard library's), the FP-contraction pragma after them all
+    # includes first (torch's, then the standard library's), the FP-contraction pragmas after them all
     first_code = port.index("#pragma GCC optimize")
     assert max(m.start() for m in re.finditer(r"^#include", port, re.M)) < first_code
     assert port.index("#include <ATen/ATen.h>") < port.index("#include <algorithm>")
