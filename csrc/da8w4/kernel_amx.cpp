@@ -360,7 +360,7 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
     }
     const __m512 a = _mm512_set1_ps(sa[r]);
     float* out = b.acc + r * ldacc;
-    constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+    constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // these are never fused into FMAs
     const __m512 d_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(P_lo, a, kRn), sw_lo, kRn);
     const __m512 d_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(P_hi, a, kRn), sw_hi, kRn);
     _mm512_storeu_ps(out, _mm512_add_round_ps(_mm512_loadu_ps(out), d_lo, kRn));

@@ -155,7 +155,7 @@ void tile_rows(const TileParams& p) {
         P_hi = _mm512_sub_epi32(P_hi, _mm512_mullo_epi32(za, comp_hi));
       }
       const __m512 sa = _mm512_set1_ps(p.sa[r]);
-      constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+      constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // these are never fused into FMAs
       const __m512 e_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_lo), sa, kRn), sw_lo, kRn);
       const __m512 e_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_hi), sa, kRn), sw_hi, kRn);
       f_lo[r] = _mm512_add_round_ps(f_lo[r], e_lo, kRn);

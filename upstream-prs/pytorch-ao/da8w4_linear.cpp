@@ -365,7 +365,7 @@ void tile_rows(const TileParams& p) {
         P_hi = _mm512_sub_epi32(P_hi, _mm512_mullo_epi32(za, comp_hi));
       }
       const __m512 sa = _mm512_set1_ps(p.sa[r]);
-      constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+      constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // these are never fused into FMAs
       const __m512 e_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_lo), sa, kRn), sw_lo, kRn);
       const __m512 e_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(P_hi), sa, kRn), sw_hi, kRn);
       f_lo[r] = _mm512_add_round_ps(f_lo[r], e_lo, kRn);
@@ -709,7 +709,7 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
     }
     const __m512 a = _mm512_set1_ps(sa[r]);
     float* out = b.acc + r * ldacc;
-    constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // never fused into FMAs
+    constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // these are never fused into FMAs
     const __m512 d_lo = _mm512_mul_round_ps(_mm512_mul_round_ps(P_lo, a, kRn), sw_lo, kRn);
     const __m512 d_hi = _mm512_mul_round_ps(_mm512_mul_round_ps(P_hi, a, kRn), sw_hi, kRn);
     _mm512_storeu_ps(out, _mm512_add_round_ps(_mm512_loadu_ps(out), d_lo, kRn));
