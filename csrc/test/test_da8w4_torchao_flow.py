@@ -21,6 +21,7 @@ from torch.testing._internal.common_utils import (
 )
 
 from _da8w4_loader import import_loader
+from _da8w4_reference import unpack_weight
 
 
 loader = import_loader()
@@ -101,10 +102,7 @@ class TestDa8w4TorchaoFlow(TestCase):
         n, k = 128, 256
         self.assertEqual(w.qdata.shape, (n // 32, k // group_size, min(group_size, 128), 16))
         self.assertEqual(w.qdata.dtype, torch.int8)
-        t = w.qdata.view(torch.uint8).reshape(n // 32, k // group_size, group_size // 4, 16, 4)
-        q = torch.cat(
-            [(t & 0xF).permute(0, 3, 1, 2, 4), (t >> 4).permute(0, 3, 1, 2, 4)], dim=1
-        ).reshape(n, k)
+        q = unpack_weight(w.qdata)
         g = k // group_size
         scales = w.scale_and_zero.transpose(1, 2).reshape(n, g).repeat_interleave(group_size, 1)
         zeros = w.qzeros.transpose(1, 2).reshape(n, g).repeat_interleave(group_size, 1)

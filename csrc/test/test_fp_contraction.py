@@ -5,8 +5,8 @@ Every ISA path must give the spec's bits, so no multiply and add may be fused in
 an FMA (csrc/da8w4/kernel.h). Our build passes -ffp-contract=off; another build
 (torchao's, a compiler's default -ffp-contract=fast with FMA enabled) would not, so
 the source forbids contraction (kernel.h: the AVX-512 paths' round-to-nearest
-intrinsics, pragmas scoped to the scalar and AVX2 loops and to the op's own code). Each ISA translation unit
-(they include no torch header) is compiled to assembly with its own ISA flags and our
+intrinsics, pragmas scoped to the scalar and AVX2 loops and to the op's own code).
+Each ISA translation unit (they include no torch header) is compiled to assembly with its own ISA flags and our
 build's path switches twice, with -ffp-contract=off and with -ffp-contract=fast, and
 must hold the same number of FMA instructions: only those its source asks for (the
 AMX epilogue's exact fnmadd). With the plain intrinsics, or without the scalar loop's

@@ -37,8 +37,9 @@ i.e. ``get_attr`` nodes) and ``config.cpp.enable_concat_linear``.
 Decisions:
 
 * Calls are grouped by (activation, scales, zero points, output dtype, weight
-  dtype, BK, K/BK, G, BN), so weights of different layouts never meet.  Compatible subsets are fused even if the activation has other
-  users (other linears, residual adds ...).
+  dtype, BK, K/BK, G, BN), so weights of different layouts never meet.
+  Compatible subsets are fused even if the activation has other users (other
+  linears, residual adds ...).
 * Bias on some calls and not on others: the group is still fused, with zeros
   for the calls without bias.  The kernel starts its fp32 accumulator at
   ``bias[n]`` or at ``+0.0``, and ``+0.0 + x == x`` exactly, so this is
