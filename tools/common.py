@@ -90,8 +90,9 @@ class FilePR:
     """``[[patch.upstream.file-pr]]``: a PR that replaces ``path`` of ``package``'s source tree at ``version`` whole
     with ``source``, a file generated in this repo (e.g. ``tools/torchao_kernel.py``'s port of ``csrc/``): no
     upstream line is stored. ``add``: (path in the package's tree, path in this repo) of new files it adds (its
-    tests). It depends on no other PR; its Measured section is the ``headline`` section of benchmarks/README.md
-    (``tools.export_pr_split.export_file_prs``)."""
+    tests). ``diff``: a unified diff against the release's files (as a diff PR's) for what the file's change needs
+    beside it, e.g. a fake kernel in Python. It depends on no other PR; its Measured section is the ``headline``
+    section of benchmarks/README.md (``tools.export_pr_split.export_file_prs``)."""
 
     name: str
     title: str
@@ -103,6 +104,7 @@ class FilePR:
     version: str
     headline: str
     add: tuple[tuple[str, str], ...] = ()
+    diff: str | None = None  # path in this repo
 
 
 SUMMARY_MAX_WORDS = 300
@@ -216,14 +218,15 @@ def _file_pr(d: dict, where: str) -> FilePR:
     fields = {"name", "title", "summary", "test-plan", "path", "source", "package", "version", "headline"}
     if missing := sorted(fields - set(d)):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] lacks {', '.join(missing)}")
-    if unknown := sorted(set(d) - fields - {"add"}):
+    if unknown := sorted(set(d) - fields - {"add", "diff"}):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] has unknown keys {unknown}")
     add = d.get("add", [])
     if not isinstance(add, list) or any(not isinstance(a, dict) or set(a) != {"path", "source"} for a in add):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: add must be a list of "
                                    "{path = ..., source = ...}")
     return FilePR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["path"], d["source"],
-                  d["package"], d["version"], d["headline"], tuple((a["path"], a["source"]) for a in add))
+                  d["package"], d["version"], d["headline"], tuple((a["path"], a["source"]) for a in add),
+                  d.get("diff"))
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

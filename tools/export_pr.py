@@ -210,13 +210,14 @@ def _inputs(base: str, selected: list[PatchMeta], cache_dir: Path | None, fetch:
             missing.append(f"the pristine tree of torch {base} ({why}): python -m tools bases --base {base}")
     releases = {}
     for p in selected:
-        fp = p.upstream.diff_prs[0] if p.upstream and p.upstream.diff_prs else None
+        up = p.upstream
+        fp = next(iter([*up.diff_prs, *(f for f in up.file_prs if f.diff)]), None) if up else None
         if fp is None:
             continue
         try:
             releases[p.name] = export_pr_split.release_files(fp, cache_dir, fetch)
         except PatchsetError as e:
-            missing.append(f"{fp.package} {fp.version}'s files, for the diff PRs of {p.name} ({e.reason}): "
+            missing.append(f"{fp.package} {fp.version}'s files, for the diffs of {p.name}'s PRs ({e.reason}): "
                            f"{export_pr_split.download_command(fp.package, fp.version, cache_dir)} (or install "
                            f"{fp.package}=={fp.version} into this Python)")
     if missing:
@@ -299,7 +300,7 @@ def export_prs(
             diff_prs, found = export_pr_split.export_diff_prs(sources.root, p, tmp, deps, fork, older,
                                                               releases.get(p.name))
             findings += found
-            findings += export_pr_split.export_file_prs(sources.root, p, tmp, fork)
+            findings += export_pr_split.export_file_prs(sources.root, p, tmp, fork, releases.get(p.name))
             if not up.own_pr:
                 progress(f"export-pr v{base}: [{i}/{len(selected)}] {p.name}: its PRs are "
                          f"{', '.join(m.name for m in diff_prs)}; its own files stay in the fork (own-pr = false)")

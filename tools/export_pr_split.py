@@ -85,7 +85,7 @@ def download_command(package: str, version: str, cache_dir: Path | None = None) 
             f"-d {bases_mod.wheels_dir(cache_dir)}")
 
 
-def release_files(fp: DiffPR, cache_dir: Path | None = None, fetch: bool = False) -> ReleaseFiles:
+def release_files(fp: DiffPR | FilePR, cache_dir: Path | None = None, fetch: bool = False) -> ReleaseFiles:
     """The files a diff PR is made against: the running Python's install of ``fp.package`` when it is
     exactly ``fp.version``, else that release's wheel in the cache, else (``fetch``) the wheel downloaded there
     (``bases.download_wheel``). A PatchsetError naming the command that fetches it when there is none."""
@@ -136,12 +136,12 @@ def export_diff_prs(root: Path, p: PatchMeta, out: Path, deps: list[PatchMeta], 
     return metas, findings
 
 
-def _apply_diff(diff: Path, dp: DiffPR, p: PatchMeta, d: Path, release: ReleaseFiles,
+def _apply_diff(diff: Path, dp: DiffPR | FilePR, p: PatchMeta, d: Path, release: ReleaseFiles,
                 applied: dict[str, bytes]) -> list[tuple[str, str]]:
     """``diff`` applied to the release's files with the earlier diffs applied (``applied``, updated), written to
     ``d/files/``, and the diff to ``d/<name>.patch``; the files it touches, each a module or a test."""
     if not diff.is_file():
-        raise PatchsetError(diff, f"missing ([[patch.upstream.diff-pr]] {dp.name} of {p.name})")
+        raise PatchsetError(diff, f"missing (the diff of {dp.name}, a PR of {p.name})")
     files = d / "files"
     files.mkdir(parents=True)
     parsed = parse_patch(diff).files
@@ -176,11 +176,14 @@ def file_pr_meta(p: PatchMeta, fp: FilePR) -> PatchMeta:
     return dataclasses.replace(p, name=fp.name, subject=fp.title, upstream=up)
 
 
-def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths) -> list[str]:
+def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
+                    release: ReleaseFiles | None = None) -> list[str]:
     """Write each file PR of ``p`` to ``out/<name>/``: ``files/<path>`` (its ``source``), ``files/<added path>``
-    for each file it adds, and ``PR.md`` (Measured: the ``headline`` section of benchmarks/README.md); the lines a
+    for each file it adds, the release's files its ``diff`` changes with it applied (and the diff as
+    ``<name>.patch``), and ``PR.md`` (Measured: the ``headline`` section of benchmarks/README.md); the lines a
     reviewer would not accept. A torch release it names is not one (a package's PR says which torch it was
-    measured with)."""
+    measured with). ``release``: the files the diff is made against (default: ``release_files`` without
+    fetching)."""
     assert p.upstream is not None
     findings: list[str] = []
     readme = root / "benchmarks" / "README.md"
@@ -195,17 +198,25 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths) -> lis
         if measured is None:
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
+        changed: list[tuple[str, str]] = []
+        if fp.diff:
+            changed = [(path, "changed") for path, _ in
+                       _apply_diff(root / fp.diff, fp, p, d, release or release_files(fp), {})]
         # the names of the PR's own files are no longer this repo's alone
         fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path, _, _ in copies})
+        if fp.diff:
+            for path, lines in added_lines((root / fp.diff).read_text()).items():
+                findings += pasteability_findings(f"{fp.name}: {path}", lines, fork_here, None)
         for path, source, _ in copies:
             (d / "files" / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / source, d / "files" / path)
             findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()),
                                               fork_here, None)
         text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
-                           [(path, what) for path, _, what in copies])
+                           [(path, what) for path, _, what in copies] + changed)
         (d / "PR.md").write_text(text)
         findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork_here, None)
-        progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(path for path, _, _ in copies)}), "
+        written = [path for path, _, _ in copies] + [path for path, _ in changed]
+        progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(written)}), "
                  f"{fp.name}/PR.md")
     return findings

@@ -60,8 +60,9 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
         lines.append(f"- upstream PR: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`")
     for fp in p.upstream.file_prs if p.upstream else ():
         adds = "".join(f", `{source}` adds `{path}`" for path, source in fp.add)
+        diff = f", `{fp.diff}` changes the release's files beside it" if fp.diff else ""
         lines.append(f"- and a PR of its own, `{fp.name}`: `{fp.source}` replaces {fp.package} {fp.version}'s "
-                     f"`{fp.path}` whole{adds}")
+                     f"`{fp.path}` whole{adds}{diff}")
     return lines
 
 

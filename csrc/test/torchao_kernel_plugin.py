@@ -5,7 +5,9 @@ torchao 0.18.0's wheel installs its test file for the op, ``test/prototype/test_
 activation mapping, and its concat-linear pass), into site-packages. Its tests skip unless
 a CPU kernel for ``torchao::da8w4_linear_cpu`` is registered when the file is imported, and
 the wheel ships none; loaded as a plugin (``-p torchao_kernel_plugin``, with csrc/test on
-``PYTHONPATH``), this module registers ours before pytest imports the file::
+``PYTHONPATH``), this module registers ours before pytest imports the file. torchao's Python is the kernel
+PR's (``_torchao_pr.py``): our kernel is the one that PR ships, and the PR's test file runs
+here too::
 
     PYTHONPATH=csrc/test python -m pytest -p torchao_kernel_plugin \\
         "$(python csrc/test/torchao_kernel_plugin.py)"
@@ -19,6 +21,7 @@ import importlib.metadata
 import sys
 
 from _da8w4_loader import import_loader
+from _torchao_pr import use_patched_torchao
 
 
 TEST_FILE = "test/prototype/test_da8w4_cpu.py"
@@ -35,6 +38,7 @@ def torchao_test_file() -> str:
 
 
 def pytest_configure(config):
+    use_patched_torchao()
     loader = import_loader()
     if not loader.load():
         raise RuntimeError(

@@ -11,7 +11,9 @@ torchao's test file::
     PYTHONPATH=csrc/test python -m pytest -p torchao_port_plugin \\
         "$(python csrc/test/torchao_kernel_plugin.py)"
 
-Our own library (csrc/CMakeLists.txt) is not loaded: the tests exercise the port alone.
+torchao's Python is the PR's too: its diff to torchao's ops.py and Int4OpaqueTensor is applied
+to a copy of the installed package (``_torchao_pr.py``). Our own library (csrc/CMakeLists.txt)
+is not loaded: the tests exercise the PR alone.
 ``TORCHAO_PORT_BUILD_DIR`` names the build directory (default: a temporary one), and
 ``TORCHAO_PORT_ISA_FLAGS=0`` builds it without torchao's ISA flags.
 """
@@ -22,6 +24,7 @@ import tempfile
 
 import torch
 import torch.utils.cpp_extension
+from _torchao_pr import use_patched_torchao
 
 
 PORT = (
@@ -102,6 +105,7 @@ def build_and_load(build: str | None = None, source: str | None = None) -> str:
 def pytest_configure(config):
     if not PORT.is_file():
         raise RuntimeError(f"{PORT}: missing; run `python -m tools generate`")
+    use_patched_torchao()
     path = build_and_load()
     print(
         f"torchao_port_plugin: {PORT.name} built with {' '.join(torchao_cpu_flags())}: {path}"

@@ -472,7 +472,7 @@ def test_export_pr_on_a_fresh_machine_names_every_missing_step_at_once(fake_gene
     assert rc == 2 and tried == []
     assert "run each command below, or export-pr without --no-fetch" in err
     assert f"the pristine tree of torch 2.13.0 (no {fp.cache / 'bases/v2.13.0'}): python -m tools bases --base 2.13.0" in err
-    assert "fakeao 1.0's files, for the diff PRs of inductor-gamma (fakeao is not installed here" in err
+    assert "fakeao 1.0's files, for the diffs of inductor-gamma's PRs (fakeao is not installed here" in err
     assert not (tmp_path / "out").exists()
 
 

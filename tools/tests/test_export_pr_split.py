@@ -138,7 +138,7 @@ def test_export_pr_first_pr_without_that_release(fake_generated, tmp_path, monke
     fp = _split_patchset(fake_generated, tmp_path)
     with pytest.raises(PatchsetError) as e:
         export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"], fetch=False)
-    assert f"fakeao 1.0's files, for the diff PRs of inductor-gamma ({why} and no fakeao-1.0 wheel is in " in str(e.value)
+    assert f"fakeao 1.0's files, for the diffs of inductor-gamma's PRs ({why} and no fakeao-1.0 wheel is in " in str(e.value)
     assert f"-m pip download --no-deps --only-binary=:all: fakeao==1.0 -d {fp.cache / 'wheels'}" in str(e.value)
     assert not (tmp_path / "out").exists()
 
@@ -430,6 +430,30 @@ def test_file_pr_adds_files(fake_generated, tmp_path, monkeypatch):
     fp.set_toml(fp.toml().replace(add, 'add = ["test/test_gamma_kernel.py"]\n'))
     with pytest.raises(PatchsetError, match="add must be a list of"):
         fp.sources.load()
+
+
+def test_file_pr_diff_changes_release_files(fake_generated, tmp_path, monkeypatch):
+    """A file PR's ``diff``: the release's files it changes, with it applied, beside the replaced file, the diff as
+    ``<name>.patch``, and each listed in PR.md as changed; a diff that does not apply to the release fails the export
+    before anything is written."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
+    diff = (f"diff --git a/{PKG_FILE} b/{PKG_FILE}\n--- a/{PKG_FILE}\n+++ b/{PKG_FILE}\n@@ -1,2 +1,2 @@\n def register():\n"
+            "-    config.post_pass = run\n+    config.post_pass = run_packed\n")
+    (fp.root / "upstream-prs/gamma_kernel.diff").write_text(diff)
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n',
+                                  'name = "gamma-kernel"\ndiff = "upstream-prs/gamma_kernel.diff"\n'))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    d = out / "gamma-kernel"
+    assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
+        "PR.md", "files/fakeao/csrc/gamma_kernel.cpp", f"files/{PKG_FILE}", "gamma-kernel.patch"]
+    assert (d / "files" / PKG_FILE).read_text() == "def register():\n    config.post_pass = run_packed\n"
+    assert (d / "gamma-kernel.patch").read_text() == diff
+    assert f"- `{PKG_FILE}`: changed" in (d / "PR.md").read_text()
+    (fp.root / "upstream-prs/gamma_kernel.diff").write_text(diff.replace(" def register():", " def other():"))
+    with pytest.raises(PatchsetError, match="gamma_kernel.diff: does not apply to fakeao 1.0"):
+        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out2", names=["inductor-gamma"])
+    assert not (tmp_path / "out2").exists()
 
 
 def test_file_pr_source_missing_or_table_wrong(fake_generated, tmp_path, monkeypatch):

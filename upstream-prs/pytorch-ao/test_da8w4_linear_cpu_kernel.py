@@ -13,15 +13,23 @@ per k block of min(group_size, 128), the exact int32 dot product of (a - za) and
 bias. The shapes below reach every row remainder of the register kernel, one and
 two 16-row AMX tiles, partial 32-row m tiles, several N blocks per work item,
 group sizes 32 to 256 and weight zero points the AMX path hands to the register
-kernel (below -112).
+kernel (below -112). The packed weight's int8 layout is new: the prepack fake
+must give its shapes and dtypes, and a weight packed by an earlier version must
+be refused, by the op and by load_state_dict.
 """
 
 import unittest
 
 import torch
-import torchao  # noqa: F401 (defines the ops)
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.testing._internal import common_utils
 from torch.testing._internal.common_utils import TestCase, run_tests
+
+from torchao import quantize_
+from torchao.prototype.quantization.int4 import (
+    Int4OpaqueTensor,
+    Int8DynamicActivationInt4WeightConfig,
+)
 
 
 def make_weight(n, k, group_size, gen, low_zero_points=False):
@@ -142,6 +150,50 @@ class TestDa8w4LinearCpuKernel(TestCase):
         with self.assertRaisesRegex(RuntimeError, "packed by an earlier version"):
             torch.ops.torchao.da8w4_linear_cpu(
                 x, sa, za, pw.view(torch.uint8), ps, pz, pc, None, torch.float
+            )
+
+    def test_load_state_dict_refuses_weights_packed_by_earlier_versions(self):
+        # load_state_dict copies into the quantized model's weight; copy_ must not
+        # cast an earlier version's uint8 bytes into the int8 weight.
+        def quantized():
+            m = torch.nn.Linear(256, 64)
+            quantize_(m, Int8DynamicActivationInt4WeightConfig(group_size=64))
+            return m
+
+        torch.manual_seed(0)
+        m, x = quantized(), torch.randn(3, 256)
+        want = m(x)
+        w = m.weight
+        earlier = Int4OpaqueTensor(
+            w.qdata.view(torch.uint8),
+            w.scale_and_zero,
+            w.block_size,
+            w.shape,
+            qzeros=w.qzeros,
+            compensation=w.compensation,
+            act_mapping_type=w.act_mapping_type,
+        )
+        target = quantized()
+        before = target.weight.qdata.clone()
+        with self.assertRaisesRegex(RuntimeError, "packed by another torchao version"):
+            target.load_state_dict({"weight": earlier, "bias": m.bias})
+        self.assertEqual(target.weight.qdata, before, atol=0, rtol=0)
+        target.load_state_dict(m.state_dict())
+        self.assertEqual(target(x), want, atol=0, rtol=0)
+
+    def test_prepack_fake_matches_kernel(self):
+        gen = torch.Generator().manual_seed(3)
+        for n, k, group_size in ((64, 256, 64), (96, 512, 256), (32, 128, 128)):
+            w, sw, zw = make_weight(n, k, group_size, gen)
+            if group_size == k:  # per-channel scales may be 1-D
+                sw, zw = sw[:, 0], zw[:, 0]
+            real = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+            with FakeTensorMode() as mode:
+                fake = torch.ops.torchao.da8w4_linear_prepack_cpu(
+                    *(mode.from_tensor(t) for t in (w, sw, zw))
+                )
+            self.assertEqual(
+                [(t.dtype, t.shape) for t in fake], [(t.dtype, t.shape) for t in real]
             )
 
     def test_prepack_rejects_bad_weights(self):
