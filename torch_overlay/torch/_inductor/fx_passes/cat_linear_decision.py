@@ -1,13 +1,11 @@
 """
 Whether ``linear(cat(parts, -1), W, b)`` is worth computing without the cat.
 
-Every form computes stock's GEMM; all it can save is a write and a read of
-each piece through the cat buffer.  A piece made by a pointwise op (or a
-gather) saves only where the template computes it in its loads: stock writes
-such a producer's output straight into the cat.  So at best the step gets
-``(gemm + cat) / gemm`` faster, both at their roofline cost, which needs
-only the device's ridge point (sustained FLOPs per DRAM byte, from figures
-torch already has); nothing is timed at compile time.
+All a form can save over stock's GEMM is a write and a read of each piece
+through the cat buffer; for a piece made by a pointwise op or a gather, only
+where the template computes it in its loads (stock writes such a producer
+straight into the cat).  So the best case is ``(gemm + cat) / gemm``, both at
+their roofline cost from the device's figures; nothing is timed.
 """
 
 from __future__ import annotations
@@ -47,10 +45,9 @@ COMPUTE_BOUND_MIN_K = 1024
 MAX_PARTS = 4
 # The one-loop layout's K tiles, in the order the default mode tries them.
 ONE_LOOP_BLOCK_KS = (64, 32)
-# A gather computed in the template's loads runs once per column tile of the
-# output, and one along K reads uncoalesced: it is computed there only along
-# rows where one tile covers N (the per-piece loops' default configs are this
-# wide, 64 for N <= 64), and not under max_autotune, whose configs may not be.
+# A gather in the template's loads runs once per column tile, and one along K
+# reads uncoalesced: only one along rows is, where one tile covers N (as the
+# per-piece loops' default configs do), and not under max_autotune.
 GATHER_MAX_N = 128
 
 
@@ -62,23 +59,20 @@ def whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
 
 
 def one_loop_tiles(widths: Sequence[Any], block_k: int) -> bool:
-    """Whether the template's one K loop reads these pieces at ``block_k``:
-    each K tile lies in one piece when every piece but the last is whole
-    tiles (the last one's tail is masked, as in mm's template)."""
+    """Whether each of the one K loop's tiles lies in one piece: every piece
+    but the last is whole tiles (the last one's tail is masked, as in mm's)."""
     return whole_tiles(widths[:-1], block_k)
 
 
 def has_template(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the in-place template computes this site (16-bit inputs with
-    fp32 accumulation, on a GPU)."""
+    """Whether the template computes such a site (16-bit, fp32 accumulation)."""
     return device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
 
 
 @functools.cache
 def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
-    """Sustained GEMM FLOPs per byte of DRAM traffic, from the figures
-    ``pad_mm`` uses (``get_device_tflops``, ``get_gpu_dram_gbps``); None
-    where they are unknown."""
+    """Sustained GEMM FLOPs per DRAM byte, from the figures ``pad_mm`` uses;
+    None where they are unknown."""
     from ..utils import get_device_tflops, get_gpu_dram_gbps
 
     cuda = torch.cuda.is_available() and torch.version.hip is None
@@ -141,41 +135,29 @@ class CatLinearSite:
         return self.dtype.itemsize
 
     @property
-    def foldable(self) -> tuple[bool, ...]:
-        """Per piece, whether it is produced and its producer cheap to run in
-        the template's loads (a gather only along rows, into one column tile)."""
+    def folded(self) -> tuple[bool, ...]:
+        """Per piece, whether the template computes it in its loads (its
+        per-piece loops read it through ``load_input``): a produced piece whose
+        producer is cheap there (a gather only along rows, into one column
+        tile).  Empty where it computes none."""
         gathers = self.gathers or (None,) * len(self.produced)
         one_tile = self.n <= GATHER_MAX_N and not self.max_autotune
-        return tuple(
+        folded = tuple(
             p and (g is None or (g == "rows" and one_tile))
             for p, g in zip(self.produced, gathers)
         )
-
-    @property
-    def prologues(self) -> bool:
-        """Whether the template computes the foldable pieces in its loads (its
-        per-piece loops read each of them through ``load_input``)."""
-        return (
-            self.prologue_fusion
-            and any(self.foldable)
-            and has_template(self.device, self.dtype)
-        )
-
-    @property
-    def folded(self) -> tuple[bool, ...]:
-        """Per piece, whether the template computes it in its loads."""
-        return self.foldable if self.prologues else ()
+        fuses = self.prologue_fusion and has_template(self.device, self.dtype)
+        return folded if fuses and any(folded) else ()
 
     @property
     def one_loop(self) -> bool:
         """Whether the template takes its one-loop layout here."""
-        return not self.prologues and any(
+        return not self.folded and any(
             one_loop_tiles(self.widths, block_k) for block_k in ONE_LOOP_BLOCK_KS
         )
 
     def saved_bytes(self) -> float:
-        """A write and a read of each piece that is read in place or computed
-        in the template's loads."""
+        """A write and a read of each piece read in place or in the loads."""
         folded = self.folded or (False,) * len(self.widths)
         saved = sum(
             w for w, p, f in zip(self.widths, self.produced, folded) if f or not p
@@ -194,8 +176,7 @@ class CatLinearSite:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """The form a site takes (None: stock), why, the counter it bumps
-    (``cat_linear_<counter>``), and per piece whether the template computes
-    it in its loads (empty: none)."""
+    (``cat_linear_<counter>``), and the pieces computed in the loads."""
 
     form: str | None
     reason: str
@@ -224,7 +205,7 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
     # a site declined below is one that only max_autotune's timing can settle
     if site.compute_bound(ridge):
-        if site.prologues:
+        if site.folded:
             # the per-piece loops trail cuBLAS most here: read the produced
             # pieces from their own buffers instead
             return decide(dataclasses.replace(site, prologue_fusion=False))
