@@ -1,12 +1,10 @@
 """
 ``cat_linear``: ``linear(cat(parts, -1), W, b)`` lowered without the cat.
 
-It reaches the post-grad graphs as ``addmm(b, cat(parts, 1), permute(W))``
-(through a ``view`` for 3-D parts): one GEMM split along K, whose pieces can
-be read where they live.  Registered from ``post_grad.py`` like
-``mm_plus_mm``: ``can_fuse_cat_mm`` says a site is exact,
-``should_fuse_cat_mm`` (``cat_linear_decision.decide``) that it pays, and
-``kernel/cat_linear.py`` lowers it.
+Post-grad it is ``addmm(b, cat(parts, 1), permute(W))`` (through a ``view``
+for 3-D parts): one GEMM split along K, whose pieces can be read where they
+live.  Registered from ``post_grad.py`` like ``mm_plus_mm``:
+``can_fuse_cat_mm`` says a site is exact, ``should_fuse_cat_mm`` that it pays.
 
 ``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
 forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
@@ -90,8 +88,8 @@ _GATHERS = (
 
 
 def _lowers_to_pointwise(target: Any) -> bool:
-    """Whether Inductor lowers ``target`` to a pointwise loop (a gather's
-    loop loads through an index), which it inlines into its readers."""
+    """Whether Inductor lowers ``target`` to a pointwise loop, which it
+    inlines into its readers."""
     return isinstance(target, torch._ops.OpOverload) and (
         torch.Tag.pointwise in target.tags or target in _GATHERS
     )
@@ -126,10 +124,9 @@ def _reads_rows(gather: torch.fx.Node) -> bool:
 
 
 def _gather_kind(node: torch.fx.Node) -> str | None:
-    """How a fused producer's loop loads through an index, through the
-    pointwise and view ops Inductor inlines into it: None (it does not),
-    ``"rows"`` (every gather picks whole rows, reached through no view) or
-    ``"other"``."""
+    """How a fused producer's loop, with what Inductor inlines into it, loads
+    through an index: None (it does not), ``"rows"`` (every gather picks
+    whole rows, through no view) or ``"other"``."""
     kind, todo, seen = None, [(node, False)], {node}
     while todo:
         cur, viewed = todo.pop()
@@ -172,8 +169,8 @@ _SUMMED_MMS = CallFunction(
 
 
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
-    """Whether upstream's ``mm_plus_mm`` lowering takes ``gemm``'s sum (its
-    pattern, found first in the same pass, and its own check)."""
+    """Whether ``mm_plus_mm``'s lowering, found first in the same pass, takes
+    ``gemm``'s sum."""
     from .post_grad import is_valid_mm_plus_mm
 
     return gemm.target is aten.mm.default and any(
@@ -184,11 +181,8 @@ def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
 
 def match_site(gemm: torch.fx.Node) -> Match | None:
     """``gemm``'s site as the lowering's patterns match it (None: not one)."""
-    for pattern in patterns():
-        match = pattern.match(gemm)
-        if is_match(match):
-            return match
-    return None
+    matches = (pattern.match(gemm) for pattern in patterns())
+    return next((match for match in matches if is_match(match)), None)
 
 
 def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool:
@@ -203,9 +197,8 @@ def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool
 
 
 def _readers_taken(gemm: torch.fx.Node) -> bool:
-    """Whether every other reader of ``gemm``'s cat is a GEMM that reads it
-    as its input and that the lowering takes too (several heads on one cat):
-    then nothing needs the cat in memory."""
+    """Whether every other reader of ``gemm``'s cat is a site the lowering
+    takes too (several heads on one cat), so nothing needs the cat."""
     cat, opts = gemm_cat(gemm), options() or {}
     for user in cat_readers(cat):
         if user is not gemm and (
@@ -221,8 +214,7 @@ def can_fuse_cat_mm(
     match: Match, *, decline: Decline = _decline, readers: bool = True
 ) -> bool:
     """Is this ``mm``/``addmm`` of a cat a site the lowering computes exactly?
-    ``readers=False``: its cat's other readers are the caller's concern (a
-    joint-graph pass that computes the weight gradients per piece)."""
+    ``readers=False``: its cat's other readers are the caller's concern."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the template adds the bias unscaled (beta=0 must ignore a NaN bias)
@@ -238,11 +230,8 @@ def can_fuse_cat_mm(
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
     if mat2 is None or out is None or any(v is None for v in vals):
         return decline("no_meta", "missing tensor metadata", gemm)
-    rank = vals[0].dim()  # type: ignore[union-attr]
-    dim = match.kwargs["dim"]
-    if any(v.dim() != rank for v in vals) or rank != (  # type: ignore[union-attr]
-        3 if "size" in match.kwargs else 2
-    ):
+    rank, dim = 3 if "size" in match.kwargs else 2, match.kwargs["dim"]
+    if any(v.dim() != rank for v in vals):  # type: ignore[union-attr]
         return decline("rank", "not 2-D parts, or 3-D ones viewed to 2-D", gemm)
     if not isinstance(dim, int) or dim % rank != rank - 1:
         return decline("cat_dim", f"a cat on dim {dim}, not the last", gemm)
@@ -265,8 +254,7 @@ def can_fuse_cat_mm(
 
 def laid_out(match: Match) -> tuple[bool, ...]:
     """Per piece, whether the lowering lays it out at aligned rows: one it
-    realizes (a single-use producer's) that a 2-D site reads whole and that
-    is at least a vector wide."""
+    realizes (a fused producer's), of a 2-D site, at least a vector wide."""
     align = get_alignment_size_dtype(match.output_node().meta["val"].dtype)
     return tuple(
         "size" not in match.kwargs
@@ -313,9 +301,8 @@ def should_fuse_cat_mm(
         decision = cost.Decision(None, "turned off", "off")
     elif form == "view" and the_site.itemsize < 4:
         # each piece's product would be rounded before the sum
-        decision = cost.Decision(
-            None, f"the view form in {the_site.dtype}", "view_dtype"
-        )
+        reason = f"the view form in {the_site.dtype}"
+        decision = cost.Decision(None, reason, "view_dtype")
     elif form is None:
         decision = cost.decide(the_site)
     else:
@@ -351,9 +338,8 @@ def _check(match: Match) -> bool:
 def _meaning(
     *, parts: Any, dim: int, mat2: Any, bias: Any = None, size: Any = None, **_: Any
 ) -> torch.Tensor:
-    """What a rewritten site computes, on fake tensors: Inductor's
-    ``_inductor_lowering_output_metadata_fn`` for the FakeTensorUpdater, and
-    the handler's result where a cond/while_loop body is re-run on them."""
+    """A taken site on fake tensors: its metadata for the FakeTensorUpdater,
+    and the result where a cond/while_loop body is re-run on them."""
     lhs = torch.cat(parts, dim)
     lhs = lhs if size is None else lhs.view(size)
     return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)
