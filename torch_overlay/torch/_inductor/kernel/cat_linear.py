@@ -1,14 +1,11 @@
 """
-``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form
-``fx_passes/cat_linear_lowering.py`` chose: ``"mm"``, a Triton template that
-reads the pieces in place (one config by default; the mm heuristic's next to
-the extern ``cat`` + ``mm`` under ``max_autotune``), or ``"view"``, a chain of
-per-piece GEMMs on any device.
+``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form the
+lowering chose: ``"mm"``, a Triton template that reads the pieces in place, or
+``"view"``, a chain of per-piece GEMMs on any device.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
@@ -68,9 +65,9 @@ aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm
 # Pipeline depth of the per-piece loops, whose trip counts are constants:
 # deeper, Triton's pipeliner took compile time growing with the trip count.
 LOOPS_MAX_STAGES = 3
-# The default mode's configs, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
-# num_stages), the first that fits the shared memory: the one-loop layout's
-# at the BLOCK_K it can read, then the per-piece loops'; narrower for N <= 64.
+# The default mode tries these in order (one-loop at the BLOCK_K the pieces
+# allow, then per-piece loops; narrower for N <= 64) and takes the first
+# that fits the shared memory.
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 _ONE_LOOP_CONFIGS = {
     64: [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
@@ -91,8 +88,7 @@ def can_use_template(layout: ir.FixedLayout) -> bool:
 
 
 def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None:
-    """Why the template cannot compute this site here (None: it can): the
-    device, dtype or GEMM backends, or no default config that fits."""
+    """Why the template cannot compute this site here (None: it can)."""
     if not can_use_template(ir.FixedLayout(site.device, site.dtype, [1, site.n])):
         return f"no in-place template for {site.dtype} on {site.device} here"
     autotune = config.max_autotune or config.max_autotune_gemm
@@ -104,9 +100,8 @@ def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
-    """``cfg`` with the template's layout flags (``ONE_LOOP`` unless ``loops``
-    asks for the per-piece loops or the pieces do not allow it, ``EVEN_K``),
-    or None where its stages do not fit the shared memory."""
+    """``cfg`` with the template's ``ONE_LOOP`` and ``EVEN_K`` flags, or None
+    where its stages do not fit the shared memory."""
     one_loop = not loops and cost.one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
@@ -140,8 +135,8 @@ def _default_config(
 def _heuristic_configs(
     m: Any, widths: Sequence[Any], mat2: Any, layout: ir.FixedLayout, loops: bool
 ) -> list[dict[str, Any]]:
-    """The mm heuristic's configs for the site's ``M x K x N`` problem (its
-    cat is described, never made), each in the layout its BLOCK_K allows."""
+    """The mm heuristic's configs for the site's GEMM (its cat described,
+    never made), each in the layout its BLOCK_K allows."""
     cat = ir.Buffer(
         name="cat_linear_virtual_cat",
         layout=ir.FixedLayout(layout.device, layout.dtype, [m, sum(widths)]),
@@ -159,9 +154,8 @@ def _heuristic_configs(
 
 def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
     """Let each flagged piece's pointwise producer past the scheduler's
-    prologue heuristics, as ``invoke_quant``'s lowering does (they decline
-    one that computes in fp32 for a 16-bit template; the decision counted
-    the write and read it saves)."""
+    prologue heuristics (which decline an fp32 prologue for a 16-bit
+    template), as ``invoke_quant``'s lowering does."""
     for part, fold in zip(parts, prologues):
         buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
         if isinstance(buf, ir.ComputedBuffer) and isinstance(buf.data, ir.Pointwise):
@@ -169,11 +163,10 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
 
 
 def _aligned_rows(x: Any) -> Any:
-    """``x`` (2-D) with its leading stride a multiple of 16 bytes, so the
-    template's loads along its rows vectorize; ``x`` itself where that
-    stride already is one, or the rows are shorter than a vector.  Where
-    ``x``'s layout is not yet fixed (a piece the lowering realized) it is
-    laid out so; otherwise (a weight) this is a copy."""
+    """2-D ``x`` at a leading stride of a multiple of 16 bytes, so that the
+    template's row loads vectorize: ``x`` itself where it is (or its rows are
+    shorter than a vector), else laid out so (a copy where its layout is
+    fixed)."""
     from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
 
     size, stride = x.get_size(), x.get_stride()
@@ -203,15 +196,13 @@ def tuned_cat_mm(
     laid_out: Sequence[bool] | None = None,
 ) -> Any:
     """``addmm(bias, cat(parts, 1), mat2)`` for 2-D ``parts``, read in place
-    (``prologues``: in the per-piece loops layout; ``laid_out``: at aligned
-    rows)."""
+    (``prologues``: computed in its loads; ``laid_out``: at aligned rows)."""
     given = (parts, mat2, bias)
     m, n = parts[0].get_size()[0], mat2.get_size()[1]
     layout = ir.FixedLayout(parts[0].get_device(), parts[0].get_dtype(), [m, n])
     parts = list(realize_inputs(*parts))
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
-    extern = aten_cat_mm if inp is None else aten_cat_addmm
     if not can_use_template(layout):
         # the pattern asked why_no_template first; never fail a compile here
         return stock_mm(*given)
@@ -223,22 +214,20 @@ def tuned_cat_mm(
     # a copy at aligned rows pays for itself (a weight made in the graph keeps
     # its layout, which its other readers may see)
     ridge = cost.ridge_point(layout.device, layout.dtype)
-    hint = functools.partial(
-        V.graph.sizevars.optimization_hint, fallback=config.unbacked_symint_fallback
-    )
-    size = (hint(m), hint(sum(widths)), hint(n), layout.dtype.itemsize)
-    if ridge is not None and cost.compute_bound(*size, ridge):
+    rows, k, cols = V.graph.sizevars.optimization_hints([m, sum(widths), n])
+    itemsize = layout.dtype.itemsize
+    if ridge is not None and cost.compute_bound(rows, k, cols, itemsize, ridge):
         mat2 = mat2 if _is_flexible(mat2) else _aligned_rows(mat2)
-    nodes = [*parts, mat2] if inp is None else [inp, *parts, mat2]
     prologues = prologues or ()
     loops = any(prologues)
     autotune = config.max_autotune or config.max_autotune_gemm
     if autotune:
         configs = _heuristic_configs(m, widths, mat2, layout, loops)
     else:
-        configs = [_default_config(n, widths, layout.dtype.itemsize, loops)]
-    epilogue: dict[str, Any] = {}
+        configs = [_default_config(n, widths, itemsize, loops)]
+    nodes, extern, epilogue = [*parts, mat2], aten_cat_mm, {}
     if inp is not None:
+        nodes, extern = [inp, *nodes], aten_cat_addmm
         epilogue = dict(prefix_args=1, epilogue_fn=addmm_epilogue(layout.dtype, 1, 1))
     choices: list[Any] = []
     if autotune and use_aten_gemm_kernels() and not V.graph.cpp_wrapper:
@@ -265,9 +254,8 @@ def tuned_cat_mm(
 
 
 def stock_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
-    """Stock's computation, where the template turns out not to apply: the
-    cat (as the cat lowering's pointwise form) and one GEMM over all of K,
-    so a 16-bit sum is rounded once, as stock rounds it."""
+    """Stock's cat and one GEMM over all of K (a 16-bit sum rounded once, as
+    stock rounds it), where the template turns out not to apply."""
     cat = pointwise_cat(list(parts), 1)
     if bias is None:
         return lowerings[aten.mm.default](cat, mat2)
@@ -275,9 +263,8 @@ def stock_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
 
 
 def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
-    """The same product as a chain of per-piece GEMMs on row slices of
-    ``mat2``, each adding into the last one's output; the bias is added
-    after the whole sum over K, as cuBLAS's epilogue adds it (pieces that
+    """The product as a chain of per-piece GEMMs on row slices of ``mat2``;
+    the bias added after the whole sum, as cuBLAS adds it (pieces that
     cancel do not round it away)."""
     acc, start = None, 0
     for part in parts:
