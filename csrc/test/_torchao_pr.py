@@ -44,7 +44,12 @@ def use_patched_torchao() -> pathlib.Path:
     )
     # a repository of its own, so that git applies the paths from here
     for args in (["init", "-q"], ["apply", "--whitespace=nowarn", str(DIFF)]):
-        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        try:
+            r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except FileNotFoundError as e:
+            raise RuntimeError(
+                f"{DIFF}: git applies it, and there is no git: {e}"
+            ) from e
         if r.returncode != 0:
             raise RuntimeError(
                 f"{DIFF}: does not apply to the torchao installed at "

@@ -87,7 +87,11 @@ def build_and_load(build: str | None = None, source: str | None = None) -> str:
     """Build the port (or ``source``, a variant of it) as a shared library in ``build`` and
     load it; its path."""
     define_schemas()
-    build = build or os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(prefix="torchao-port-")
+    build = (
+        build
+        or os.environ.get("TORCHAO_PORT_BUILD_DIR")
+        or tempfile.mkdtemp(prefix="torchao-port-")
+    )
     os.makedirs(build, exist_ok=True)
     flags = torchao_cpu_flags()
     torch.utils.cpp_extension.load(
