@@ -173,11 +173,20 @@ class TestDa8w4LinearCpuKernel(TestCase):
             compensation=w.compensation,
             act_mapping_type=w.act_mapping_type,
         )
+        # (the current bytes, viewed as uint8: what is checked is the dtype)
         target = quantized()
         before = target.weight.qdata.clone()
+        with self.assertRaisesRegex(ValueError, "packed by another torchao version"):
+            target.weight.copy_(earlier)
+        # load_state_dict reports the ValueError as a RuntimeError
         with self.assertRaisesRegex(RuntimeError, "packed by another torchao version"):
             target.load_state_dict({"weight": earlier, "bias": m.bias})
         self.assertEqual(target.weight.qdata, before, atol=0, rtol=0)
+        # assign=True takes the tensor as it is: the op refuses it
+        target.load_state_dict({"weight": earlier, "bias": m.bias}, assign=True)
+        with self.assertRaisesRegex(RuntimeError, "packed by an earlier version"):
+            target(x)
+        target = quantized()
         target.load_state_dict(m.state_dict())
         self.assertEqual(target(x), want, atol=0, rtol=0)
 
@@ -195,6 +204,15 @@ class TestDa8w4LinearCpuKernel(TestCase):
             self.assertEqual(
                 [(t.dtype, t.shape) for t in fake], [(t.dtype, t.shape) for t in real]
             )
+        # what the kernel refuses, the fake refuses too
+        for n, k, group_size in ((48, 128, 32), (32, 384, 192)):
+            w, sw, zw = make_weight(n, k, group_size, gen)
+            with self.assertRaises(RuntimeError):
+                torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+            with FakeTensorMode() as mode, self.assertRaises(RuntimeError):
+                torch.ops.torchao.da8w4_linear_prepack_cpu(
+                    *(mode.from_tensor(t) for t in (w, sw, zw))
+                )
 
     def test_prepack_rejects_bad_weights(self):
         gen = torch.Generator().manual_seed(0)
