@@ -182,8 +182,8 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
     for each file it adds, the release's files its ``diff`` changes with it applied (and the diff as
     ``<name>.patch``), and ``PR.md`` (Measured: the ``headline`` section of benchmarks/README.md); the lines a
     reviewer would not accept. A torch release it names is not one (a package's PR says which torch it was
-    measured with). ``release``: the files the diff is made against (default: ``release_files`` without
-    fetching)."""
+    measured with). ``release``: the files the diff is made against where it is ``fp``'s package and version
+    (else ``release_files`` without fetching)."""
     assert p.upstream is not None
     findings: list[str] = []
     readme = root / "benchmarks" / "README.md"
@@ -198,13 +198,13 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
         if measured is None:
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
-        changed: list[tuple[str, str]] = []
-        if fp.diff:
-            changed = [(path, "changed") for path, _ in
-                       _apply_diff(root / fp.diff, fp, p, d, release or release_files(fp), {})]
         # the names of the PR's own files are no longer this repo's alone
         fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path, _, _ in copies})
+        changed: list[tuple[str, str]] = []
         if fp.diff:
+            ours = release is not None and (release.package, release.version) == (fp.package, fp.version)
+            listed = _apply_diff(root / fp.diff, fp, p, d, release if ours else release_files(fp), {})
+            changed = [(path, "changed") for path, _ in listed]
             for path, lines in added_lines((root / fp.diff).read_text()).items():
                 findings += pasteability_findings(f"{fp.name}: {path}", lines, fork_here, None)
         for path, source, _ in copies:
