@@ -339,6 +339,19 @@ class CatLinearFusedTest(TestCase):
         self.common(fn, make_inputs((8,), (16, 16), 8, grad=False), 0, "view")
         self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
 
+    @parametrize("also", ["bias", "mat2"])
+    def test_cat_linear_gemm_reads_the_cat_twice(self, also):
+        # addmm(z, z, W) (a residual written as one addmm), mm(z, z): the GEMM
+        # itself needs the cat in memory, so reading its pieces saves nothing
+        def fn(a, b, w):
+            z = torch.cat([a, b], 1)
+            return torch.addmm(z, z, w) if also == "bias" else torch.mm(z, z) + w
+
+        args = [torch.randn(40, 16), torch.randn(40, 24), torch.randn(40, 40)]
+        (code,) = self.common(fn, args, 0, "view")
+        self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
+        FileCheck().check("cpp_fused_cat").run(code)
+
     @parametrize("other", ["none", "sum", "declined_head", "as_mat2"])
     def test_cat_linear_cat_read_by_two_gemms(self, other):
         # two heads on one cat (one with a bias, so mm_plus_mm leaves their

@@ -145,11 +145,22 @@ def _gather_kind(node: torch.fx.Node) -> str | None:
 _VIEWS = (aten.view.default, aten.reshape.default)
 
 
+def _unviewed(arg: Any) -> Any:
+    is_view = isinstance(arg, torch.fx.Node) and arg.target in _VIEWS
+    return arg.args[0] if is_view else arg  # type: ignore[union-attr]
+
+
 def gemm_cat(gemm: torch.fx.Node) -> Any:
     """What an ``mm``/``addmm`` reads as its input, through a view."""
-    lhs = gemm.args[1 if gemm.target is aten.addmm.default else 0]
-    is_view = isinstance(lhs, torch.fx.Node) and lhs.target in _VIEWS
-    return lhs.args[0] if is_view else lhs  # type: ignore[union-attr]
+    return _unviewed(gemm.args[1 if gemm.target is aten.addmm.default else 0])
+
+
+def _reads_cat_twice(gemm: torch.fx.Node) -> bool:
+    """Whether ``gemm`` also reads its cat as its bias or ``mat2``
+    (``addmm(z, z, W)``, ``mm(z, z)``), which then needs it in memory."""
+    lhs = 1 if gemm.target is aten.addmm.default else 0
+    cat = gemm_cat(gemm)
+    return any(_unviewed(a) is cat for i, a in enumerate(gemm.args) if i != lhs)
 
 
 def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
@@ -219,6 +230,8 @@ def can_fuse_cat_mm(
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the template adds the bias unscaled (beta=0 must ignore a NaN bias)
         return decline("scaled", "addmm with beta or alpha other than 1", gemm)
+    if _reads_cat_twice(gemm):
+        return decline("cat_users", "the GEMM reads the cat twice", gemm)
     if readers and not _readers_taken(gemm):
         # another reader needs the cat in memory (a training forward whose
         # weight gradient reads it): reading the pieces in place saves nothing
