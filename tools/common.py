@@ -91,8 +91,10 @@ class FilePR:
     with ``source``, a file generated in this repo (e.g. ``tools/torchao_kernel.py``'s port of ``csrc/``): no
     upstream line is stored. ``add``: (path in the package's tree, path in this repo) of new files it adds (its
     tests). ``diff``: a unified diff against the release's files (as a diff PR's) for what the file's change needs
-    beside it, e.g. a fake kernel in Python. It depends on no other PR; its Measured section is the ``headline``
-    section of benchmarks/README.md (``tools.export_pr_split.export_file_prs``)."""
+    beside it, e.g. a fake kernel in Python. ``branch``: (branch, path, source) where the package's development
+    branch has moved the file: ``source`` replaces ``path`` there (e.g. torchao main's per-ISA ``*_krnl.cpp``).
+    It depends on no other PR; its Measured section is the ``headline`` section of benchmarks/README.md
+    (``tools.export_pr_split.export_file_prs``)."""
 
     name: str
     title: str
@@ -105,6 +107,7 @@ class FilePR:
     headline: str
     add: tuple[tuple[str, str], ...] = ()
     diff: str | None = None  # path in this repo
+    branch: tuple[str, str, str] | None = None  # (branch, path in its tree, path in this repo)
 
 
 SUMMARY_MAX_WORDS = 300
@@ -218,15 +221,19 @@ def _file_pr(d: dict, where: str) -> FilePR:
     fields = {"name", "title", "summary", "test-plan", "path", "source", "package", "version", "headline"}
     if missing := sorted(fields - set(d)):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] lacks {', '.join(missing)}")
-    if unknown := sorted(set(d) - fields - {"add", "diff"}):
+    if unknown := sorted(set(d) - fields - {"add", "diff", "branch"}):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] has unknown keys {unknown}")
     add = d.get("add", [])
     if not isinstance(add, list) or any(not isinstance(a, dict) or set(a) != {"path", "source"} for a in add):
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: add must be a list of "
                                    "{path = ..., source = ...}")
+    branch = d.get("branch")
+    if branch is not None and (not isinstance(branch, dict) or set(branch) != {"name", "path", "source"}):
+        raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: branch must be "
+                                   "{name = ..., path = ..., source = ...}")
     return FilePR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["path"], d["source"],
                   d["package"], d["version"], d["headline"], tuple((a["path"], a["source"]) for a in add),
-                  d.get("diff"))
+                  d.get("diff"), None if branch is None else (branch["name"], branch["path"], branch["source"]))
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

@@ -199,7 +199,8 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
         # the names of the PR's own files are no longer this repo's alone
-        fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path, _, _ in copies})
+        theirs = [path for path, _, _ in copies] + ([fp.branch[1]] if fp.branch else [])
+        fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path in theirs})
         changed: list[tuple[str, str]] = []
         if fp.diff:
             ours = release is not None and (release.package, release.version) == (fp.package, fp.version)
@@ -212,11 +213,23 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
             shutil.copyfile(root / source, d / "files" / path)
             findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()),
                                               fork_here, None)
+        on_branch: list[tuple[str, str]] = []
+        if fp.branch is not None:
+            branch, path, source = fp.branch
+            if not (root / source).is_file():
+                raise PatchsetError(root / source, f"missing ([[patch.upstream.file-pr]] {fp.name} of {p.name}); "
+                                                   "run `python -m tools generate`")
+            dest = d / f"files-{branch}" / path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / source, dest)
+            findings += pasteability_findings(f"{fp.name}: {branch}: {path}", numbered((root / source).read_text()),
+                                              fork_here, None)
+            on_branch = [(path, f"on {branch} (in `files-{branch}/`): replaces {branch}'s file whole")]
         text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
-                           [(path, what) for path, _, what in copies] + changed)
+                           [(path, what) for path, _, what in copies] + changed + on_branch)
         (d / "PR.md").write_text(text)
         findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork_here, None)
-        written = [path for path, _, _ in copies] + [path for path, _ in changed]
+        written = [path for path, _, _ in copies] + [path for path, _ in changed + on_branch]
         progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(written)}), "
                  f"{fp.name}/PR.md")
     return findings

@@ -61,8 +61,9 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
     for fp in p.upstream.file_prs if p.upstream else ():
         adds = "".join(f", `{source}` adds `{path}`" for path, source in fp.add)
         diff = f", `{fp.diff}` changes the release's files beside it" if fp.diff else ""
+        branch = (f"; on {fp.branch[0]}, `{fp.branch[2]}` replaces `{fp.branch[1]}`" if fp.branch else "")
         lines.append(f"- and a PR of its own, `{fp.name}`: `{fp.source}` replaces {fp.package} {fp.version}'s "
-                     f"`{fp.path}` whole{adds}{diff}")
+                     f"`{fp.path}` whole{adds}{diff}{branch}")
     return lines
 
 

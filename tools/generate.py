@@ -213,7 +213,7 @@ def generate(sources: Sources, selected: list[str] | None = None, cache_dir: Pat
     write_generated(sources.patches_dir, outputs)
     if torchao_kernel.has_kernel(sources.root):
         port = "changed" if torchao_kernel.write_port(sources.root) else "unchanged"
-        progress(f"generate: wrote {torchao_kernel.PORT} from csrc/da8w4/ ({port})")
+        progress(f"generate: wrote {torchao_kernel.PORT} and {torchao_kernel.MAIN_PORT} from csrc/da8w4/ ({port})")
     for base in selected:
         what = f"changed: {', '.join(changes[base])}" if changes[base] else "unchanged"
         progress(f"generate v{base}: wrote {sources.patches_dir / f'v{base}'} ({what})")

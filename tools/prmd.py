@@ -48,7 +48,8 @@ class ForkPaths:
         paths, names = set(), set()
         for d, dirs, files in os.walk(root):
             rel = Path(d).relative_to(root)
-            dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(".venv")
+            # hidden folders are local (venvs, wheels, scratch checkouts of other projects), except CI's
+            dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and (not x.startswith(".") or x == ".ci")
                        and (rel.parts or x not in {"torch", "test"})]
             paths.update((rel / x).as_posix() for x in dirs)
             for f in files:

@@ -21,6 +21,11 @@ them into that one file, which the kernel PR to torchao replaces whole:
 The result is ``upstream-prs/pytorch-ao/da8w4_linear.cpp``: ``python -m tools generate`` writes it and ``python -m
 tools check`` fails where it differs from ``render()``. ``csrc/test/torchao_port_plugin.py`` builds it with
 torchao's flags and runs torchao's own da8w4 tests against it.
+
+torchao's main branch has moved the kernel: setup.py builds ``aten_kernels/da8w4_linear_krnl.cpp`` once per ISA
+level and ``dispatch.cpp`` registers the ops. ``render_main`` writes the same kernel for it,
+``upstream-prs/pytorch-ao/da8w4_linear_krnl.cpp`` (kept in sync the same way; ``csrc/test/test_torchao_main_port.py``
+builds it per level, ``csrc/test/torchao_main_plugin.py`` with main's own dispatch.cpp).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ NS_OPEN = "namespace da8w4 {"
 NS_CLOSE = "}  // namespace da8w4"
 # Switches of our build that the port resolves as undefined.
 UNDEFINED = ("DA8W4_TUNING", "DA8W4_AMX_EMULATE", "DA8W4_HAVE_AVX2", "DA8W4_AMX_KEEP_TILE_MACROS")
+# Defined in the port for torchao's main branch: AMX only where TORCHAO_CPU_DISPATCH allows it (its utils.h).
+TORCHAO_DISPATCH = "DA8W4_TORCHAO_DISPATCH"
 
 HEADER = """\
 // Copyright (c) Meta Platforms, Inc. and affiliates.
@@ -78,6 +85,66 @@ ISA_MACROS = """\
 #endif
 """
 
+MAIN_PORT = Path("upstream-prs/pytorch-ao/da8w4_linear_krnl.cpp")
+MAIN_TORCHAO_PATH = "torchao/csrc/cpu/aten_kernels/da8w4_linear_krnl.cpp"
+
+MAIN_HEADER = """\
+// Copyright (c) Meta Platforms, Inc. and affiliates.
+// All rights reserved.
+//
+// This source code is licensed under the BSD 3-Clause license found in the
+// LICENSE file in the root directory of this source tree.
+
+// CPU kernels for torchao::da8w4_linear_prepack_cpu and torchao::da8w4_linear_cpu:
+// int8 dynamic activations times int4 weights (group-wise scales and zero points).
+// setup.py builds this file once per ISA level and dispatch.cpp registers the ops,
+// calling the level TORCHAO_CPU_DISPATCH picks. Three paths: AMX int8 (TMUL tiles, from
+// 8 rows; AVX512 level, where TORCHAO_CPU_DISPATCH allows AMX), AVX512-VNNI register
+// tiles (fewer rows, and without AMX; AVX512 level) and a portable scalar loop (DEFAULT).
+// Each path is compiled for its ISA by a target pragma, and every one packs weights
+// alike and gives the same bits: the int32 dot products are exact and the fp32 epilogue
+// is the same sequence of IEEE operations (no FMA contraction).
+"""
+
+MAIN_ISA_MACROS = """\
+// The AVX512-VNNI and AMX paths: only in the copies setup.py builds with AVX-512
+// (CPU_CAPABILITY_AVX512), on x86-64 with a compiler that has their intrinsics (AMX:
+// GCC 11, clang 13, and Linux, which grants a process the tile state). The DEFAULT copy
+// is the scalar loop.
+#if defined(CPU_CAPABILITY_AVX512) && defined(__x86_64__) && \\
+    ((defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define DA8W4_HAVE_AVX512VNNI 1
+#if defined(__linux__)
+#define DA8W4_HAVE_AMX 1
+#endif
+#endif
+"""
+
+MAIN_ENTRY_POINTS = """\
+// The entry points dispatch.cpp declares for each ISA level.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> da8w4_linear_prepack_impl(
+    const at::Tensor& weight,
+    const at::Tensor& scales,
+    const at::Tensor& qzeros) {
+  return da8w4::da8w4_linear_prepack_cpu(weight, scales, qzeros);
+}
+
+at::Tensor da8w4_linear_impl(
+    const at::Tensor& input,
+    const at::Tensor& input_scales,
+    const at::Tensor& input_qzeros,
+    const at::Tensor& weight,
+    const at::Tensor& weight_scales,
+    const at::Tensor& weight_qzeros,
+    const at::Tensor& compensation,
+    const std::optional<at::Tensor>& bias,
+    at::ScalarType output_dtype) {
+  return da8w4::da8w4_linear_cpu(
+      input, input_scales, input_qzeros, weight, weight_scales, weight_qzeros, compensation, bias, output_dtype);
+}
+"""
+
+
 _IF = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)")
 _OPENS = ("if", "ifdef", "ifndef")
 _INCLUDE = re.compile(r"\s*#\s*include\s*([<\"])(.*)[>\"]")
@@ -90,24 +157,26 @@ def _depth_change(m: re.Match[str] | None) -> int:
     return 1 if m.group(1) in _OPENS else -1 if m.group(1) == "endif" else 0
 
 
-def _resolved(kind: str, cond: str, where: str) -> bool | None:
-    """The value of an ``#if``/``#ifdef``/``#ifndef`` on one of ``UNDEFINED`` (None: not one of ours)."""
+def _resolved(kind: str, cond: str, where: str, defined: tuple[str, ...] = ()) -> bool | None:
+    """The value of an ``#if``/``#ifdef``/``#ifndef`` on one of ``UNDEFINED`` or ``defined`` (None: on neither)."""
     cond = cond.split("//")[0].strip()
-    names = [n for n in UNDEFINED if re.search(rf"\b{n}\b", cond)]
+    known = tuple(dict.fromkeys((*UNDEFINED, TORCHAO_DISPATCH, *defined)))
+    names = [n for n in known if re.search(rf"\b{n}\b", cond)]
     if not names:
         return None
     if kind in ("ifdef", "ifndef") and cond == names[0]:
-        return kind == "ifndef"
+        return (kind == "ifdef") == (names[0] in defined)
     m = re.fullmatch(r"(!?)\s*defined\s*\(?\s*(\w+)\s*\)?", cond)
-    if kind == "if" and m and m.group(2) in UNDEFINED:
-        return bool(m.group(1))
-    raise PatchsetError(where, f"#{kind} {cond}: only a plain defined(X) or !defined(X) on {', '.join(UNDEFINED)} "
+    if kind == "if" and m and m.group(2) in known:
+        return (m.group(2) in defined) != bool(m.group(1))
+    raise PatchsetError(where, f"#{kind} {cond}: only a plain defined(X) or !defined(X) on {', '.join(known)} "
                                "can be resolved for the torchao port")
 
 
-def unifdef(lines: list[str], where: str) -> list[str]:
-    """``lines`` with every conditional on ``UNDEFINED`` resolved (that macro undefined): the lines of the branch
-    taken stay, the directives and the other branch go. Other conditionals stay as they are."""
+def unifdef(lines: list[str], where: str, defined: tuple[str, ...] = ()) -> list[str]:
+    """``lines`` with every conditional on ``UNDEFINED`` (those macros undefined) or ``defined`` (defined)
+    resolved: the lines of the branch taken stay, the directives and the other branch go. Other conditionals stay
+    as they are."""
     out: list[str] = []
     stack: list[tuple[bool, bool]] = []  # (ours, this branch is taken); for other conditionals (False, True)
     for i, line in enumerate(lines, 1):
@@ -116,7 +185,7 @@ def unifdef(lines: list[str], where: str) -> list[str]:
         if m:
             kind, cond = m.group(1), m.group(2)
             if kind in _OPENS:
-                value = _resolved(kind, cond, f"{where}:{i}")
+                value = _resolved(kind, cond, f"{where}:{i}", defined)
                 if value is not None:
                     stack.append((True, value))
                     continue
@@ -227,10 +296,11 @@ def _target(isa: str, body: list[str], macro: str) -> list[str]:
     ]
 
 
-def render(csrc: Path) -> str:
-    """The port of ``csrc/da8w4/`` (see the module docstring)."""
+def _sections(csrc: Path, defined: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """(the includes, the code) of ``SECTIONS`` joined, each ISA path under its target pragma, the code's
+    registration block at its end as in ``da8w4_linear_cpu.cpp``."""
     includes: list[str] = []
-    sections: list[list[str]] = []
+    code: list[str] = []
     for name, isa in SECTIONS:
         path = csrc / "da8w4" / name
         try:
@@ -238,25 +308,60 @@ def render(csrc: Path) -> str:
         except OSError as e:
             raise PatchsetError(path, f"cannot read the kernel source: {e}") from e
         incs, body = _split(text, name)
-        body = unifdef(body, str(path))
-        includes += unifdef(incs, str(path))
+        body = unifdef(body, str(path), defined)
+        includes += unifdef(incs, str(path), defined)
         if isa is not None:
             body = _target(isa[1], body, isa[0])
-        sections.append(body)
-    code: list[str] = []
-    for body in sections:
         code += [*body, ""]
     registrations = [k for k, line in enumerate(code) if line.startswith(REGISTRATION)]
     if len(registrations) != 1:
         raise PatchsetError(csrc / "da8w4", f"expected one {REGISTRATION}...) block, found {len(registrations)}")
-    # everything but the registration in one anonymous namespace: nothing the file defines is visible to (or
-    # interposable by) the other files of torchao._C; the sources' own anonymous namespaces would nest in it
-    r = registrations[0]
-    body = _join_namespaces([x for x in code[:r] if x not in (ANON_OPEN, ANON_CLOSE)])
-    code = [ANON_OPEN, "", *body, ANON_CLOSE, "", *code[r:]]
-    out = [HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), "", *code]
+    return includes, code
+
+
+def _registration(code: list[str]) -> tuple[int, int]:
+    """[start, end) of the ``TORCH_LIBRARY_IMPL`` block in ``code``."""
+    r = next(k for k, line in enumerate(code) if line.startswith(REGISTRATION))
+    end = next(k for k in range(r, len(code)) if code[k] == "}") + 1
+    return r, end
+
+
+def _finish(out: list[str]) -> str:
     text = "\n".join(out).rstrip("\n") + "\n"
     return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def render(csrc: Path) -> str:
+    """The port of ``csrc/da8w4/`` (see the module docstring)."""
+    includes, code = _sections(csrc)
+    # everything but the registration in one anonymous namespace: nothing the file defines is visible to (or
+    # interposable by) the other files of torchao._C; the sources' own anonymous namespaces would nest in it
+    r, _ = _registration(code)
+    body = _join_namespaces([x for x in code[:r] if x not in (ANON_OPEN, ANON_CLOSE)])
+    code = [ANON_OPEN, "", *body, ANON_CLOSE, "", *code[r:]]
+    return _finish([HEADER.rstrip("\n"), "", ISA_MACROS.rstrip("\n"), "", *_order_includes(includes), "", *code])
+
+
+def render_main(csrc: Path) -> str:
+    """The same kernel as ``render``'s, for torchao's main branch, whose setup.py compiles each
+    ``aten_kernels/*_krnl.cpp`` once per ISA level (``-DCPU_CAPABILITY=DEFAULT``; ``AVX512`` with
+    ``-DCPU_CAPABILITY_AVX512`` and AVX-512 ``-m`` flags, no AMX ones) and whose ``dispatch.cpp`` registers the
+    ops, calling ``torchao::<level>::da8w4_linear_prepack_impl`` / ``da8w4_linear_impl`` of the level it picks
+    (``TORCHAO_CPU_DISPATCH``). So: no registration; the two entry points in ``torchao::CPU_CAPABILITY``,
+    everything else in an anonymous namespace inside it; the AVX512-VNNI and AMX paths only in the AVX512 (and
+    AVX10.2) copies, AMX only where ``brgemm_enabled()`` (``TORCHAO_CPU_DISPATCH`` at ``AMX`` or above) holds.
+    The DEFAULT copy is the scalar loop. Every path packs weights alike, so the level does not change the layout."""
+    includes, code = _sections(csrc, (TORCHAO_DISPATCH,))
+    r, end = _registration(code)
+    body = _join_namespaces([x for x in code[:r] if x not in (ANON_OPEN, ANON_CLOSE)])
+    code = [
+        "namespace torchao {", "namespace CPU_CAPABILITY {", "", ANON_OPEN, "", *body, ANON_CLOSE, "",
+        *MAIN_ENTRY_POINTS.rstrip("\n").splitlines(), "", "}  // namespace CPU_CAPABILITY", "}  // namespace torchao",
+        "", *code[end:],
+    ]
+    torch_includes = _order_includes(includes)
+    return _finish([MAIN_HEADER.rstrip("\n"), "", MAIN_ISA_MACROS.rstrip("\n"), "", *torch_includes,
+                    '#include "utils.h"', "", *code])
 
 
 def _join_namespaces(lines: list[str]) -> list[str]:
@@ -301,26 +406,33 @@ def has_kernel(root: Path) -> bool:
     return (root / "csrc" / "da8w4").is_dir()
 
 
+PORTS = ((PORT, render), (MAIN_PORT, render_main))
+
+
 def port_problems(root: Path) -> list[tuple[str, str]]:
-    """(where, why) when the committed port differs from ``render``; [] when in sync or without the kernel."""
+    """(where, why) for each committed port that differs from its render; [] when in sync or without the kernel."""
     if not has_kernel(root):
         return []
-    port = root / PORT
-    want = render(root / "csrc")
-    if not port.is_file():
-        return [(str(port), "missing; run `python -m tools generate`")]
-    if port.read_text() != want:
-        return [(str(port), "differs from what tools/torchao_kernel.py renders from csrc/da8w4/; run "
-                            "`python -m tools generate`")]
-    return []
+    problems = []
+    for rel, fn in PORTS:
+        port = root / rel
+        if not port.is_file():
+            problems.append((str(port), "missing; run `python -m tools generate`"))
+        elif port.read_text() != fn(root / "csrc"):
+            problems.append((str(port), "differs from what tools/torchao_kernel.py renders from csrc/da8w4/; run "
+                                        "`python -m tools generate`"))
+    return problems
 
 
 def write_port(root: Path) -> bool:
-    """Write the port; whether it changed."""
-    port = root / PORT
-    want = render(root / "csrc")
-    if port.is_file() and port.read_text() == want:
-        return False
-    port.parent.mkdir(parents=True, exist_ok=True)
-    port.write_text(want)
-    return True
+    """Write the ports; whether one changed."""
+    changed = False
+    for rel, fn in PORTS:
+        port = root / rel
+        want = fn(root / "csrc")
+        if port.is_file() and port.read_text() == want:
+            continue
+        port.parent.mkdir(parents=True, exist_ok=True)
+        port.write_text(want)
+        changed = True
+    return changed

@@ -98,6 +98,11 @@ bool amx_usable() {
   unsigned eax, ebx, ecx, edx;
   const bool amx_int8 =
       __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 25));
+#if defined(DA8W4_TORCHAO_DISPATCH)
+  if (!brgemm_enabled()) {  // torchao's utils.h: TORCHAO_CPU_DISPATCH below AMX
+    return false;
+  }
+#endif
   return amx_int8 && at::cpu::init_amx();
 #endif
 }

@@ -309,7 +309,13 @@ def test_pasteability_findings(tmp_path):
     (tmp_path / "torch_overlay/torch/_inductor/mod.py").write_text("")
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples/mod.py").write_text("")  # shares the module's name: a mention means the module
+    # a hidden folder is local scratch (a checkout of another project, wheels, a venv), not the fork's, but CI's is
+    (tmp_path / ".scratch/src").mkdir(parents=True)
+    (tmp_path / ".scratch/src/dispatch.cpp").write_text("")
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci/run_ci.sh").write_text("")
     fork = ForkPaths.of(tmp_path)
+    assert "dispatch.cpp" not in fork.names and "run_ci.sh" in fork.names
     old = older_releases_re(("2.11.0", "2.13.0", "2.15.0"), "2.15.0")
     lines = [(1, "raw data: benchmarks/results/run.json."), (2, "run sweep_gpu.py"), (3, "see mod.py and torch/_inductor/mod.py"),
              (4, "on 2.13+ and 2.11.0"), (5, "version 2.15 and 12.11.3 and 2.110"), (6, "our fork's patch set"),

@@ -456,6 +456,32 @@ def test_file_pr_diff_changes_release_files(fake_generated, tmp_path, monkeypatc
     assert not (tmp_path / "out2").exists()
 
 
+def test_file_pr_branch_file(fake_generated, tmp_path, monkeypatch):
+    """A file PR's ``branch``: where the package's development branch moved the file, the file for it under
+    ``files-<branch>/`` (never beside the release's), listed in PR.md; a missing source fails the export before
+    anything is written, and a malformed table fails the load."""
+    _installed_package(tmp_path, monkeypatch)
+    fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
+    (fp.root / "upstream-prs/gamma_kernel_krnl.cpp").write_text("// gamma, per ISA level\n")
+    branch = ('branch = {name = "main", path = "fakeao/csrc/gamma_kernel_krnl.cpp", '
+              'source = "upstream-prs/gamma_kernel_krnl.cpp"}\n')
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\n' + branch))
+    out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
+    d = out / "gamma-kernel"
+    assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
+        "PR.md", "files-main/fakeao/csrc/gamma_kernel_krnl.cpp", "files/fakeao/csrc/gamma_kernel.cpp"]
+    assert (d / "files-main/fakeao/csrc/gamma_kernel_krnl.cpp").read_text() == "// gamma, per ISA level\n"
+    assert ("- `fakeao/csrc/gamma_kernel_krnl.cpp`: on main (in `files-main/`): replaces main's file whole"
+            in (d / "PR.md").read_text())
+    (fp.root / "upstream-prs/gamma_kernel_krnl.cpp").unlink()
+    with pytest.raises(PatchsetError, match="gamma_kernel_krnl.cpp: missing"):
+        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out2", names=["inductor-gamma"])
+    assert not (tmp_path / "out2").exists()
+    fp.set_toml(fp.toml().replace(branch, 'branch = "main"\n'))
+    with pytest.raises(PatchsetError, match="branch must be"):
+        fp.sources.load()
+
+
 def test_file_pr_source_missing_or_table_wrong(fake_generated, tmp_path, monkeypatch):
     _installed_package(tmp_path, monkeypatch)
     fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))

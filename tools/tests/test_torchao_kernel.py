@@ -85,6 +85,7 @@ def test_unifdef_refuses_what_it_cannot_resolve(src, why):
 
 def test_committed_port_is_in_sync():
     assert tk.port_problems(REPO) == []
+    assert (REPO / tk.MAIN_PORT).is_file()
 
 
 def test_port_is_one_self_contained_file():
@@ -139,11 +140,36 @@ def test_port_is_one_self_contained_file():
     assert depth == 0
 
 
+def test_main_port_is_built_per_isa_level_and_registers_nothing():
+    # torchao main compiles *_krnl.cpp once per ISA level and registers the ops in dispatch.cpp, which calls
+    # torchao::<level>::da8w4_linear_prepack_impl / da8w4_linear_impl
+    port = tk.render_main(REPO / "csrc")
+    assert port.startswith("// Copyright (c) Meta Platforms, Inc. and affiliates.\n")
+    assert "TORCH_LIBRARY_IMPL" not in port and "DA8W4_TUNING" not in port
+    assert '#include "utils.h"' in port
+    assert port.index('#include "utils.h"') < port.index("namespace torchao {\nnamespace CPU_CAPABILITY {\n")
+    # everything of ours internal to the level's copy; only the entry points are not
+    inner = port.split("namespace CPU_CAPABILITY {\n", 1)[1]
+    assert inner.lstrip("\n").startswith("namespace {\n") and port.count("namespace {\n") == 1
+    after = inner.split("}  // namespace\n", 1)[1]
+    assert re.findall(r"^\S.*\b(da8w4_linear\w*_impl)\(", after, re.M) == [
+        "da8w4_linear_prepack_impl",
+        "da8w4_linear_impl",
+    ]
+    # the vector paths only in the AVX512 level's copy, AMX only where TORCHAO_CPU_DISPATCH allows it
+    assert "#if defined(CPU_CAPABILITY_AVX512) && defined(__x86_64__)" in port
+    amx = port[port.index("bool amx_usable() {") :]
+    assert amx.index("if (!brgemm_enabled())") < amx.index("at::cpu::init_amx()")
+    # the 0.18.0 port: the same kernel, without torchao main's switch
+    assert "brgemm_enabled" not in tk.render(REPO / "csrc")
+
+
 def test_drift_is_found_and_generate_fixes_it(tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(REPO / "csrc" / "da8w4", root / "csrc" / "da8w4")
     assert tk.port_problems(root) == [
-        (str(root / tk.PORT), "missing; run `python -m tools generate`")
+        (str(root / path), "missing; run `python -m tools generate`")
+        for path in (tk.PORT, tk.MAIN_PORT)
     ]
     assert tk.write_port(root) is True
     assert tk.port_problems(root) == [] and tk.write_port(root) is False
@@ -153,8 +179,12 @@ def test_drift_is_found_and_generate_fixes_it(tmp_path):
             "out[j] = p.bias ? p.bias[j] : 0.0f;", "out[j] = 0.0f;"
         )
     )
-    ((where, why),) = tk.port_problems(root)
-    assert where == str(root / tk.PORT) and "differs from" in why
+    problems = tk.port_problems(root)
+    assert [where for where, _ in problems] == [
+        str(root / tk.PORT),
+        str(root / tk.MAIN_PORT),
+    ]
+    assert all("differs from" in why for _, why in problems)
 
 
 def test_without_the_kernel_sources_there_is_nothing_to_port(tmp_path):
