@@ -6,6 +6,7 @@
 // shared/specs/da8w4_linear_cpu.md; packed layout: kernel.h and csrc/README.md.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
@@ -631,10 +632,15 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     // The tile state is released however the worker leaves: grow() or vnni_item may throw
     // after an item has configured the tiles, and a thread that kept them configured would
-    // skip the next call's LDTILECFG after other code on it released them.
+    // skip the next call's LDTILECFG after other code on it released them. ATen's brgemm
+    // (oneDNN) also skips its LDTILECFG while it believes its own configuration is loaded
+    // on the thread: brgemm_release() tells it that it is not.
     struct ReleaseTiles {
       ~ReleaseTiles() {
         amx_release();
+#if !defined(DA8W4_AMX_EMULATE)
+        at::native::cpublas::brgemm_release();
+#endif
       }
     } release_tiles;
     for (int64_t t = next(); t >= 0; t = next()) {

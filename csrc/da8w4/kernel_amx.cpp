@@ -323,7 +323,8 @@ struct Pending {
 // fnmadd(float(za), float(comp), float(C)). That is exactly float(P): C, za and comp
 // are integers of magnitude below 2^24 (|C| <= BK * 255 * 127, see fp_zero_point_ok),
 // so float(C), float(za) and float(comp) are exact, and the FMA rounds the exact
-// C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does. One
+// C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does (P
+// does not wrap in int32 there, also fp_zero_point_ok's). One
 // vector operation fewer per 16 results than the int32 route (a multiply, a subtract
 // and the conversion), in an epilogue that is bound by its vector operations. Otherwise
 // P is taken in int32 and converted, as in the other paths.
@@ -368,14 +369,19 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
   }
 }
 
-// Whether the FMA route of the epilogue is exact for this k block and these rows:
-// |C| <= BK * 255 * 127 (uint8 activation, |w - zw| <= 127) and |za| below 2^24.
+// Whether the FMA route of the epilogue gives the int32 route's bits for this k block
+// and these rows: |C| <= BK * 255 * 127 (uint8 activation, |w - zw| <= 127) below 2^24,
+// and |za * comp| <= |za| * BK * 127 small enough that C - za * comp does not wrap in
+// int32 (the other paths take it modulo 2^32, the FMA exactly). That bound also keeps
+// |za| below 2^24, where float(za) is exact.
 inline bool fp_zero_point_ok(int64_t BK, const int32_t* za, int64_t R) {
-  if (BK * 255 * 127 >= (int64_t{1} << 24)) {
+  const int64_t c_max = BK * 255 * 127;
+  if (c_max >= (int64_t{1} << 24)) {
     return false;
   }
+  const int64_t za_max = ((int64_t{1} << 31) - 1 - c_max) / (BK * 127);
   for (int64_t r = 0; r < R; ++r) {
-    if (za[r] <= -(1 << 24) || za[r] >= (1 << 24)) {
+    if (za[r] < -za_max || za[r] > za_max) {
       return false;
     }
   }

@@ -37,16 +37,18 @@ void tile_scalar(const TileParams& p) {
           dot[j + 16] += av * static_cast<int32_t>(b >> 4);
         }
       }
-      // sum a*(w - zw) = sum a*w - zw * sum a; asymmetric subtracts za * comp.
-      const int32_t s = p.rowsum[m * p.Kc + c];
+      // sum a*(w - zw) = sum a*w - zw * sum a; asymmetric subtracts za * comp. In uint32:
+      // modulo 2^32 where a large za makes it wrap, as the vector paths' int32 lanes do
+      // (signed overflow would be undefined).
+      const uint32_t s = static_cast<uint32_t>(p.rowsum[m * p.Kc + c]);
       const float sa = p.sa[m];
       float* out = p.out + m * p.ldo;
       for (int64_t j = 0; j < kBlockN; ++j) {
-        int32_t P = dot[j] - static_cast<int32_t>(zw[j]) * s;
+        uint32_t P = static_cast<uint32_t>(dot[j]) - static_cast<uint32_t>(static_cast<int32_t>(zw[j])) * s;
         if (!p.symmetric) {
-          P -= p.za[m] * p.comp[c * kBlockN + j];
+          P -= static_cast<uint32_t>(p.za[m]) * static_cast<uint32_t>(p.comp[c * kBlockN + j]);
         }
-        out[j] = out[j] + (static_cast<float>(P) * sa) * sw[j];
+        out[j] = out[j] + (static_cast<float>(static_cast<int32_t>(P)) * sa) * sw[j];
       }
     }
   }

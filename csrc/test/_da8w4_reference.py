@@ -48,8 +48,10 @@ def reference_linear(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
     )
     for c in range(k // bk):
         blk = slice(c * bk, (c + 1) * bk)
-        # Integers below 2**53: exact in float64, then exactly an int32 value.
-        p = (a[:, blk] @ wd[:, blk].T).to(torch.int32)
+        # Integers below 2**53: exact in float64, then the int32 the kernel holds, modulo
+        # 2**32 where the product overflows (|za| near 2**31 / (BK * 127) and beyond).
+        p = (a[:, blk] @ wd[:, blk].T).to(torch.int64)
+        p = (p + 2**31).remainder(2**32).sub(2**31).to(torch.int32)
         acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size].reshape(
             1, n
         )

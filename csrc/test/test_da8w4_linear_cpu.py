@@ -338,6 +338,30 @@ class TestDa8w4Linear(TestCase):
                     got = da8w4(x, sa, za_big, packed, None, torch.float32)
                 self.assertEqual(got, want, atol=0, rtol=0, msg=isa)
 
+    def test_zero_point_products_beyond_int32(self):
+        # za * comp past 2^31 (za = +-200000 against comp = 115 * 128 = 14720 per block):
+        # every path takes the block product modulo 2^32, as int32 arithmetic wraps, and
+        # they agree bit for bit. The AMX epilogue's FMA route would compute it exactly
+        # instead, so it is bounded to |za| * BK * 127 + BK * 255 * 127 < 2^31.
+        n, k, gs = 64, 256, 128
+        w = torch.full((n, k), 15, dtype=torch.uint8)
+        zw = torch.full((n, k // gs), -100, dtype=torch.int8)
+        sw = torch.full((n, k // gs), 0.25)
+        gen = torch.Generator().manual_seed(41)
+        x = torch.randint(0, 256, (40, k), dtype=torch.uint8, generator=gen)
+        za = torch.tensor([200000, -200000, 150000, 131000, 7] * 8, dtype=torch.int32)
+        sa = torch.full((40,), 1.5)
+        packed = prepack(w, sw, zw)
+        want = reference_linear(x, sa, za, w, sw, zw, None, torch.float32, False)
+        ran = []
+        for isa in ISAS:
+            if _isa_available(isa):
+                with force_isa(isa):
+                    got = da8w4(x, sa, za, packed, None, torch.float32)
+                    ran.append(loader.last_isa())
+                self.assertEqual(got, want, atol=0, rtol=0, msg=isa)
+        self.assertIn("scalar", ran)
+
     def test_amx_zero_point_out_of_int8_range(self):
         # zw < -112 makes w - zw overflow int8 (the AMX path's B operand): the work
         # items holding such a zero point go to the AVX512-VNNI kernel, with the same
