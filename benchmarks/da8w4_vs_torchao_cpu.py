@@ -27,6 +27,11 @@ variables (for example a forced ISA path), reported as one more ratio column.
 --port adds the kernel PR's file (upstream-prs/pytorch-ao/da8w4_linear.cpp, our kernel as the
 one file torchao builds), built with torchao's flags below: a "port ratio" column, and "port =
 ours", the share of its outputs equal bit for bit to our library's.
+--main-src DIR (a torchao main checkout, instead of --torchao-src) measures main's layout:
+torchao's kernel is main's da8w4_linear_krnl.cpp and the PR's is
+upstream-prs/pytorch-ao/da8w4_linear_krnl.cpp, each built per ISA level with main's dispatch.cpp
+and its setup.py's flags (csrc/test/torchao_main_plugin.py) and run at the level
+TORCHAO_CPU_DISPATCH picks (default: the highest).
 
 A reference at small M: "weight read" is the time to read as many bytes as the packed
 weight, its scales, zero points and compensation hold (one int64 ``sum`` over a buffer of that
@@ -71,6 +76,7 @@ LINEAR_SCHEMA = (
     "Tensor? bias, ScalarType output_dtype) -> Tensor"
 )
 TORCHAO_FILE = "torchao/csrc/cpu/aten_kernels/da8w4_linear.cpp"
+MAIN_FILE = "torchao/csrc/cpu/aten_kernels/da8w4_linear_krnl.cpp"  # torchao main's, with --main-src
 PORT = REPO / "upstream-prs" / "pytorch-ao" / "da8w4_linear.cpp"  # the kernel PR's file (tools/torchao_kernel.py)
 TORCHAO_FLAGS = ["-O3", "-march=native", "-fopenmp", "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY_AVX512_VNNI"]
 
@@ -178,7 +184,18 @@ def worker(args):
     torch.set_num_threads(args.threads)
     if args.worker == "dense":
         return dense_worker(args)
-    if args.worker == "torchao":
+    if args.main_src and args.worker in ("torchao", "port"):
+        # main's layout: the krnl file per ISA level with main's dispatch.cpp, main's flags
+        os.environ["TORCHAO_MAIN_SRC"] = args.main_src
+        sys.path.insert(0, str(REPO / "csrc" / "test"))
+        import torchao_main_plugin as main_build
+
+        src = main_build.main_sources()
+        if args.worker == "torchao":
+            main_build.build_and_load(args.build_dir + "_main", krnl=src / "da8w4_linear_krnl.cpp")
+        else:
+            main_build.build_and_load(args.build_dir + "_main_port")
+    elif args.worker == "torchao":
         load_torchao(torchao_source(args.torchao_src), args.build_dir)
     elif args.worker == "port":
         # the kernel PR's file, built with torchao's flags as torchao's own is
@@ -248,6 +265,8 @@ def run_worker(kind, args, tmp, tag, env_extra=None, save=False):
            "--build-dir", args.build_dir, "--shapes", *args.shapes, "--ms", *map(str, args.ms)]
     if args.torchao_src:
         cmd += ["--torchao-src", args.torchao_src]
+    if args.main_src:
+        cmd += ["--main-src", args.main_src]
     if save:
         out = os.path.join(tmp, f"out_{tag}")
         os.makedirs(out, exist_ok=True)
@@ -288,6 +307,7 @@ def main():
     parser.add_argument("--port", action="store_true",
                         help="also time the kernel PR's file (upstream-prs/pytorch-ao/da8w4_linear.cpp), built with "
                              "torchao's flags: column 'port ratio'")
+    parser.add_argument("--main-src", help="a torchao main checkout: time main's layout (see above)")
     parser.add_argument("--worker", choices=("ours", "torchao", "dense", "port"), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--save-outputs", help=argparse.SUPPRESS)
@@ -305,9 +325,13 @@ def main():
             sys.exit(f"error: --shapes {spec}: not one of {list(SHAPES)} (or NAME=K,N)")
     if args.worker:
         return worker(args)
-    if not args.torchao_src:
-        sys.exit("error: --torchao-src is required (a torchao source tree)")
-    torchao_source(args.torchao_src)
+    if bool(args.torchao_src) == bool(args.main_src):
+        sys.exit("error: give one of --torchao-src (a torchao 0.18 source tree) and --main-src (a main checkout)")
+    if args.main_src:
+        if not (pathlib.Path(args.main_src) / MAIN_FILE).is_file():
+            sys.exit(f"error: --main-src {args.main_src}: no {MAIN_FILE} there")
+    else:
+        torchao_source(args.torchao_src)
     variants = []
     for v in args.variant:
         name, _, envs = v.partition(":")
@@ -322,8 +346,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         print("building torchao's kernel ...", file=sys.stderr, flush=True)
         t0 = time.time()
+        src = ["--main-src", args.main_src] if args.main_src else ["--torchao-src", args.torchao_src]
         subprocess.run([sys.executable, __file__, "--worker", "torchao", "--build-only", "--threads", "1",
-                        "--torchao-src", args.torchao_src, "--build-dir", args.build_dir, "--result", "-"], check=True)
+                        *src, "--build-dir", args.build_dir, "--result", "-"], check=True)
         print(f"  built in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
         runs = {"torchao": [], "ours": [], "dense": [], **{name: [] for name, _ in variants}}
         for r in range(args.rounds):
@@ -341,6 +366,10 @@ def main():
 
         print(f"Machine: {machine(args.threads)}; group_size {args.group_size}; bf16 output; asymmetric uint8 "
               f"activation; warm cache; {args.rounds} rounds of alternating processes, medians; {peak_text}")
+        if args.main_src:
+            level = os.environ.get("TORCHAO_CPU_DISPATCH", "AUTO")
+            print(f"Layout: torchao main's ({MAIN_FILE} of {args.main_src} as 'torchao', the PR's krnl as 'port'), "
+                  f"per ISA level with main's dispatch.cpp and setup.py flags, TORCHAO_CPU_DISPATCH={level}")
         library = dense_library(args)
         print(f"dense int8 GEMM: torch._int_mm, run by {library}")
         print()

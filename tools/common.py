@@ -91,8 +91,9 @@ class FilePR:
     with ``source``, a file generated in this repo (e.g. ``tools/torchao_kernel.py``'s port of ``csrc/``): no
     upstream line is stored. ``add``: (path in the package's tree, path in this repo) of new files it adds (its
     tests). ``diff``: a unified diff against the release's files (as a diff PR's) for what the file's change needs
-    beside it, e.g. a fake kernel in Python. ``branch``: (branch, path, source) where the package's development
-    branch has moved the file: ``source`` replaces ``path`` there (e.g. torchao main's per-ISA ``*_krnl.cpp``).
+    beside it, e.g. a fake kernel in Python. ``branch``: the development branch the PR goes to (e.g. ``main``),
+    whose tree holds ``path`` (e.g. torchao main's per-ISA ``*_krnl.cpp``) while ``diff`` is still made against the
+    release ``version``; without it the PR is for the release's own tree (a backport).
     It depends on no other PR; its Measured section is the ``headline`` section of benchmarks/README.md
     (``tools.export_pr_split.export_file_prs``)."""
 
@@ -107,7 +108,7 @@ class FilePR:
     headline: str
     add: tuple[tuple[str, str], ...] = ()
     diff: str | None = None  # path in this repo
-    branch: tuple[str, str, str] | None = None  # (branch, path in its tree, path in this repo)
+    branch: str | None = None
 
 
 SUMMARY_MAX_WORDS = 300
@@ -228,12 +229,12 @@ def _file_pr(d: dict, where: str) -> FilePR:
         raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: add must be a list of "
                                    "{path = ..., source = ...}")
     branch = d.get("branch")
-    if branch is not None and (not isinstance(branch, dict) or set(branch) != {"name", "path", "source"}):
-        raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: branch must be "
-                                   "{name = ..., path = ..., source = ...}")
+    if branch is not None and (not isinstance(branch, str) or not re.fullmatch(r"[\w.-]+", branch)):
+        raise PatchsetError(where, f"[[patch.upstream.file-pr]] {d['name']}: branch must be a branch name, "
+                                   'e.g. "main"')
     return FilePR(d["name"], d["title"], d["summary"].strip(), tuple(d["test-plan"]), d["path"], d["source"],
                   d["package"], d["version"], d["headline"], tuple((a["path"], a["source"]) for a in add),
-                  d.get("diff"), None if branch is None else (branch["name"], branch["path"], branch["source"]))
+                  d.get("diff"), branch)
 
 
 def load_patchset(path: Path = PATCHSET_TOML) -> Patchset:

@@ -188,7 +188,8 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
     findings: list[str] = []
     readme = root / "benchmarks" / "README.md"
     for fp in p.upstream.file_prs:
-        copies = [(fp.path, fp.source, f"replaces {fp.package} {fp.version}'s file whole")]
+        into = f"{fp.branch}'s file" if fp.branch else f"{fp.package} {fp.version}'s file"
+        copies = [(fp.path, fp.source, f"replaces {into} whole")]
         copies += [(path, source, "new") for path, source in fp.add]
         for _, source, _ in copies:
             if not (root / source).is_file():
@@ -199,13 +200,13 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
             raise PatchsetError(readme, f"no heading {fp.headline!r} ([[patch.upstream.file-pr]] {fp.name})")
         d = out / fp.name
         # the names of the PR's own files are no longer this repo's alone
-        theirs = [path for path, _, _ in copies] + ([fp.branch[1]] if fp.branch else [])
-        fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path in theirs})
+        fork_here = ForkPaths(fork.paths, fork.names - {Path(path).name for path, _, _ in copies})
         changed: list[tuple[str, str]] = []
         if fp.diff:
             ours = release is not None and (release.package, release.version) == (fp.package, fp.version)
             listed = _apply_diff(root / fp.diff, fp, p, d, release if ours else release_files(fp), {})
-            changed = [(path, "changed") for path, _ in listed]
+            on = f" (made against {fp.package} {fp.version})" if fp.branch else ""
+            changed = [(path, f"changed{on}") for path, _ in listed]
             for path, lines in added_lines((root / fp.diff).read_text()).items():
                 findings += pasteability_findings(f"{fp.name}: {path}", lines, fork_here, None)
         for path, source, _ in copies:
@@ -213,23 +214,11 @@ def export_file_prs(root: Path, p: PatchMeta, out: Path, fork: ForkPaths,
             shutil.copyfile(root / source, d / "files" / path)
             findings += pasteability_findings(f"{fp.name}: {path}", numbered((root / source).read_text()),
                                               fork_here, None)
-        on_branch: list[tuple[str, str]] = []
-        if fp.branch is not None:
-            branch, path, source = fp.branch
-            if not (root / source).is_file():
-                raise PatchsetError(root / source, f"missing ([[patch.upstream.file-pr]] {fp.name} of {p.name}); "
-                                                   "run `python -m tools generate`")
-            dest = d / f"files-{branch}" / path
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(root / source, dest)
-            findings += pasteability_findings(f"{fp.name}: {branch}: {path}", numbered((root / source).read_text()),
-                                              fork_here, None)
-            on_branch = [(path, f"on {branch} (in `files-{branch}/`): replaces {branch}'s file whole")]
         text = pr_markdown(file_pr_meta(p, fp), [x for x in measured if not x.startswith("Command:")], [],
-                           [(path, what) for path, _, what in copies] + changed + on_branch)
+                           [(path, what) for path, _, what in copies] + changed)
         (d / "PR.md").write_text(text)
         findings += pasteability_findings(f"{fp.name}/PR.md", numbered(text), fork_here, None)
-        written = [path for path, _, _ in copies] + [path for path, _ in changed + on_branch]
+        written = [path for path, _, _ in copies] + [path for path, _ in changed]
         progress(f"export-pr: {p.name}: {fp.name}/files/ ({', '.join(written)}), "
                  f"{fp.name}/PR.md")
     return findings

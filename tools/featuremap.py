@@ -60,10 +60,9 @@ def _patch_map(p: PatchMeta, sources: Sources) -> list[str]:
         lines.append(f"- upstream PR: {p.upstream.repo}, `python -m tools export-pr --patch {p.name}`")
     for fp in p.upstream.file_prs if p.upstream else ():
         adds = "".join(f", `{source}` adds `{path}`" for path, source in fp.add)
-        diff = f", `{fp.diff}` changes the release's files beside it" if fp.diff else ""
-        branch = (f"; on {fp.branch[0]}, `{fp.branch[2]}` replaces `{fp.branch[1]}`" if fp.branch else "")
-        lines.append(f"- and a PR of its own, `{fp.name}`: `{fp.source}` replaces {fp.package} {fp.version}'s "
-                     f"`{fp.path}` whole{adds}{diff}{branch}")
+        diff = (f", `{fp.diff}` changes {fp.package} {fp.version}'s files beside it" if fp.diff else "")
+        into = f"{fp.package} {fp.branch}'s" if fp.branch else f"{fp.package} {fp.version}'s"
+        lines.append(f"- and a PR of its own, `{fp.name}`: `{fp.source}` replaces {into} `{fp.path}` whole{adds}{diff}")
     return lines
 
 

@@ -69,8 +69,9 @@ HEADER = """\
 // Three paths, the best the CPU runs picked at run time: AMX int8 (TMUL tiles, from 8
 // rows), AVX512-VNNI register tiles (fewer rows, and a CPU without AMX), and a portable
 // scalar loop. Each path is compiled for its ISA by a target pragma, whatever -march the
-// build gets, and every one gives the same bits: the int32 dot products are exact and the
-// fp32 epilogue is the same sequence of IEEE operations (no FMA contraction).
+// build gets, and every one gives the same bits: the int32 block products are exact
+// (modulo 2^32, as int32 wraps) and the fp32 epilogue is the same sequence of IEEE
+// operations, an FMA only where its result is provably the same.
 """
 
 ISA_MACROS = """\
@@ -101,20 +102,22 @@ MAIN_HEADER = """\
 // calling the level TORCHAO_CPU_DISPATCH picks. Three paths: AMX int8 (TMUL tiles, from
 // 8 rows; AVX512 level, where TORCHAO_CPU_DISPATCH allows AMX), AVX512-VNNI register
 // tiles (fewer rows, and without AMX; AVX512 level) and a portable scalar loop (DEFAULT).
-// Each path is compiled for its ISA by a target pragma, and every one packs weights
-// alike and gives the same bits: the int32 dot products are exact and the fp32 epilogue
-// is the same sequence of IEEE operations (no FMA contraction).
+// Every level packs weights alike (int8, one layout) and every path gives the same bits:
+// the int32 block products are exact (modulo 2^32, as int32 wraps) and the fp32 epilogue
+// is the same sequence of IEEE operations, an FMA only where its result is provably the
+// same.
 """
 
 MAIN_ISA_MACROS = """\
-// The AVX512-VNNI and AMX paths: only in the copies setup.py builds with AVX-512
-// (CPU_CAPABILITY_AVX512), on x86-64 with a compiler that has their intrinsics (AMX:
-// GCC 11, clang 13, and Linux, which grants a process the tile state). The DEFAULT copy
-// is the scalar loop.
-#if defined(CPU_CAPABILITY_AVX512) && defined(__x86_64__) && \\
-    ((defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+// The AVX512-VNNI path: only in the copies setup.py builds with AVX512-VNNI, which it
+// compiles whole with those -m flags. The AMX path: there too, on Linux (which grants a
+// process the tile state), with a compiler that has the AMX intrinsics (GCC 11, clang
+// 13); setup.py passes no AMX flags, so a target pragma compiles it. The DEFAULT copy is
+// the scalar loop.
+#if defined(CPU_CAPABILITY_AVX512_VNNI) && defined(__x86_64__)
 #define DA8W4_HAVE_AVX512VNNI 1
-#if defined(__linux__)
+#if defined(__linux__) && \\
+    ((defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
 #define DA8W4_HAVE_AMX 1
 #endif
 #endif
@@ -359,7 +362,8 @@ def render_main(csrc: Path) -> str:
         *MAIN_ENTRY_POINTS.rstrip("\n").splitlines(), "", "}  // namespace CPU_CAPABILITY", "}  // namespace torchao",
         "", *code[end:],
     ]
-    torch_includes = _order_includes(includes)
+    # the registration is dispatch.cpp's: nothing here needs torch/library.h
+    torch_includes = [x for x in _order_includes(includes) if x.strip() != "#include <torch/library.h>"]
     return _finish([MAIN_HEADER.rstrip("\n"), "", MAIN_ISA_MACROS.rstrip("\n"), "", *torch_includes,
                     '#include "utils.h"', "", *code])
 

@@ -12,6 +12,7 @@ It must run before anything imports torchao; the directory is removed at exit.
 import atexit
 import importlib
 import importlib.util
+import os
 import pathlib
 import shutil
 import subprocess
@@ -58,3 +59,22 @@ def use_patched_torchao() -> pathlib.Path:
     sys.path.insert(0, str(root))
     importlib.invalidate_caches()
     return root
+
+
+def same_in_children(root: pathlib.Path, load: str) -> None:
+    """Python processes the tests start (the PR's test runs each TORCHAO_CPU_DISPATCH level
+    in one) get what this one has: ``root``'s torchao first on ``sys.path`` and the kernel
+    under test loaded by ``load`` (Python code) after ``import torchao`` has defined the
+    schemas. A ``sitecustomize`` in a directory put first on ``PYTHONPATH`` does it at
+    their start."""
+    site = root / "children"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "import torch\n"
+        "import torchao  # noqa: F401\n"
+        f"{load}\n"
+    )
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(site) + (os.pathsep + path if path else "")

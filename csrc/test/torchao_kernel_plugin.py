@@ -18,10 +18,11 @@ skip, since a skip there means the kernel was not used.
 """
 
 import importlib.metadata
+import pathlib
 import sys
 
 from _da8w4_loader import import_loader
-from _torchao_pr import use_patched_torchao
+from _torchao_pr import same_in_children, use_patched_torchao
 
 
 TEST_FILE = "test/prototype/test_da8w4_cpu.py"
@@ -38,12 +39,19 @@ def torchao_test_file() -> str:
 
 
 def pytest_configure(config):
-    use_patched_torchao()
+    root = use_patched_torchao()
     loader = import_loader()
     if not loader.load():
         raise RuntimeError(
             f"da8w4 kernel not loaded ({loader.default_path()}): build csrc/ first"
         )
+    here = str(pathlib.Path(__file__).resolve().parent)
+    same_in_children(
+        root,
+        f"sys.path.insert(0, {here!r})\n"
+        "from _da8w4_loader import import_loader\n"
+        f"import_loader().load({loader.default_path()!r})",
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import tempfile
 
 import torch
 import torch.utils.cpp_extension
-from _torchao_pr import use_patched_torchao
+from _torchao_pr import same_in_children, use_patched_torchao
 from torchao_port_plugin import cpu_flags, define_schemas
 
 
@@ -52,8 +52,12 @@ def main_sources() -> pathlib.Path:
     return src
 
 
-def compile_lines(src: pathlib.Path, build: pathlib.Path) -> list[list[str]]:
-    """The compiler runs main's setup.py would make, one per object (AVX512 where the CPU has it)."""
+def compile_lines(
+    src: pathlib.Path, build: pathlib.Path, krnl: pathlib.Path = KRNL
+) -> list[list[str]]:
+    """The compiler runs main's setup.py would make, one per object (AVX512 where the CPU has it),
+    for ``krnl`` (default: the PR's file; main's own, ``src / "da8w4_linear_krnl.cpp"``, for
+    benchmarks/da8w4_vs_torchao_cpu.py --main-src)."""
     cxx = os.environ.get("CXX", "g++")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     common = [cxx, "-O3", "-std=c++20", "-fPIC", "-fopenmp"]
@@ -63,7 +67,7 @@ def compile_lines(src: pathlib.Path, build: pathlib.Path) -> list[list[str]]:
     default = ["-DCPU_CAPABILITY=DEFAULT", "-fno-tree-vectorize"]
     avx512 = "avx512f" in cpu_flags() and "avx512_vnni" in cpu_flags()
     lines = [
-        [*common, *default, "-c", str(KRNL), "-o", str(build / "krnl.DEFAULT.o")],
+        [*common, *default, "-c", str(krnl), "-o", str(build / "krnl.DEFAULT.o")],
         [*common, "-DSTUB_NS=DEFAULT", "-c", str(STUBS), "-o", str(build / "stubs.DEFAULT.o")],
         [*common, *default, *(["-DBUILD_AVX512"] if avx512 else []), "-c",
          str(src / "dispatch.cpp"), "-o", str(build / "dispatch.o")],
@@ -71,14 +75,14 @@ def compile_lines(src: pathlib.Path, build: pathlib.Path) -> list[list[str]]:
     if avx512:
         isa = ["-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY_AVX512_VNNI", "-DCPU_CAPABILITY=AVX512"]
         lines += [
-            [*common, *isa, *AVX512, "-c", str(KRNL), "-o", str(build / "krnl.AVX512.o")],
+            [*common, *isa, *AVX512, "-c", str(krnl), "-o", str(build / "krnl.AVX512.o")],
             [*common, "-DSTUB_NS=AVX512", "-c", str(STUBS), "-o", str(build / "stubs.AVX512.o")],
         ]
     return lines
 
 
-def build_and_load(build: str | None = None) -> str:
-    """Build the file with main's dispatch.cpp as one shared library and load it; its path."""
+def build_and_load(build: str | None = None, krnl: pathlib.Path = KRNL) -> str:
+    """Build ``krnl`` with main's dispatch.cpp as one shared library and load it; its path."""
     define_schemas()
     src = main_sources()
     out = pathlib.Path(
@@ -87,7 +91,7 @@ def build_and_load(build: str | None = None) -> str:
         or tempfile.mkdtemp(prefix="torchao-main-")
     )
     out.mkdir(parents=True, exist_ok=True)
-    lines = compile_lines(src, out)
+    lines = compile_lines(src, out, krnl)
     with concurrent.futures.ThreadPoolExecutor() as pool:
         for line, r in zip(lines, pool.map(_run, lines)):
             if r.returncode:
@@ -112,7 +116,8 @@ def _run(line: list[str]) -> subprocess.CompletedProcess:
 def pytest_configure(config):
     if not KRNL.is_file():
         raise RuntimeError(f"{KRNL}: missing; run `python -m tools generate`")
-    use_patched_torchao()
+    root = use_patched_torchao()
     path = build_and_load()
+    same_in_children(root, f"torch.ops.load_library({path!r})")
     mode = os.environ.get("TORCHAO_CPU_DISPATCH", "AUTO")
     print(f"torchao_main_plugin: {KRNL.name} with main's dispatch.cpp: {path} (TORCHAO_CPU_DISPATCH={mode})")

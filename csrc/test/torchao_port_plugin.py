@@ -24,7 +24,7 @@ import tempfile
 
 import torch
 import torch.utils.cpp_extension
-from _torchao_pr import use_patched_torchao
+from _torchao_pr import same_in_children, use_patched_torchao
 
 
 PORT = (
@@ -109,8 +109,9 @@ def build_and_load(build: str | None = None, source: str | None = None) -> str:
 def pytest_configure(config):
     if not PORT.is_file():
         raise RuntimeError(f"{PORT}: missing; run `python -m tools generate`")
-    use_patched_torchao()
+    root = use_patched_torchao()
     path = build_and_load()
+    same_in_children(root, f"torch.ops.load_library({path!r})")
     print(
         f"torchao_port_plugin: {PORT.name} built with {' '.join(torchao_cpu_flags())}: {path}"
     )

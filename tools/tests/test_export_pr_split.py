@@ -456,29 +456,27 @@ def test_file_pr_diff_changes_release_files(fake_generated, tmp_path, monkeypatc
     assert not (tmp_path / "out2").exists()
 
 
-def test_file_pr_branch_file(fake_generated, tmp_path, monkeypatch):
-    """A file PR's ``branch``: where the package's development branch moved the file, the file for it under
-    ``files-<branch>/`` (never beside the release's), listed in PR.md; a missing source fails the export before
-    anything is written, and a malformed table fails the load."""
+def test_file_pr_for_a_branch(fake_generated, tmp_path, monkeypatch):
+    """A file PR with ``branch``: it goes to the package's development branch, whose file it replaces (PR.md says
+    whose), while its ``diff`` is still applied to the release's files (and PR.md says which); a branch that is not a
+    name fails the load."""
     _installed_package(tmp_path, monkeypatch)
     fp = _with_file_pr(_split_patchset(fake_generated, tmp_path))
-    (fp.root / "upstream-prs/gamma_kernel_krnl.cpp").write_text("// gamma, per ISA level\n")
-    branch = ('branch = {name = "main", path = "fakeao/csrc/gamma_kernel_krnl.cpp", '
-              'source = "upstream-prs/gamma_kernel_krnl.cpp"}\n')
-    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\n' + branch))
+    diff = (f"diff --git a/{PKG_FILE} b/{PKG_FILE}\n--- a/{PKG_FILE}\n+++ b/{PKG_FILE}\n@@ -1,2 +1,2 @@\n def register():\n"
+            "-    config.post_pass = run\n+    config.post_pass = run_packed\n")
+    (fp.root / "upstream-prs/gamma_kernel.diff").write_text(diff)
+    fp.set_toml(fp.toml().replace('name = "gamma-kernel"\n', 'name = "gamma-kernel"\nbranch = "main"\n'
+                                  'diff = "upstream-prs/gamma_kernel.diff"\n'))
     out = export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out", names=["inductor-gamma"])
     d = out / "gamma-kernel"
     assert sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) == [
-        "PR.md", "files-main/fakeao/csrc/gamma_kernel_krnl.cpp", "files/fakeao/csrc/gamma_kernel.cpp"]
-    assert (d / "files-main/fakeao/csrc/gamma_kernel_krnl.cpp").read_text() == "// gamma, per ISA level\n"
-    assert ("- `fakeao/csrc/gamma_kernel_krnl.cpp`: on main (in `files-main/`): replaces main's file whole"
-            in (d / "PR.md").read_text())
-    (fp.root / "upstream-prs/gamma_kernel_krnl.cpp").unlink()
-    with pytest.raises(PatchsetError, match="gamma_kernel_krnl.cpp: missing"):
-        export_prs(fp.sources, cache_dir=fp.cache, out=tmp_path / "out2", names=["inductor-gamma"])
-    assert not (tmp_path / "out2").exists()
-    fp.set_toml(fp.toml().replace(branch, 'branch = "main"\n'))
-    with pytest.raises(PatchsetError, match="branch must be"):
+        "PR.md", "files/fakeao/csrc/gamma_kernel.cpp", f"files/{PKG_FILE}", "gamma-kernel.patch"]
+    text = (d / "PR.md").read_text()
+    assert "- `fakeao/csrc/gamma_kernel.cpp`: replaces main's file whole" in text
+    assert f"- `{PKG_FILE}`: changed (made against fakeao 1.0)" in text
+    assert "fakeao 1.0's file" not in text
+    fp.set_toml(fp.toml().replace('branch = "main"\n', 'branch = {name = "main"}\n'))
+    with pytest.raises(PatchsetError, match="branch must be a branch name"):
         fp.sources.load()
 
 

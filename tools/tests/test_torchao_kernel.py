@@ -156,8 +156,10 @@ def test_main_port_is_built_per_isa_level_and_registers_nothing():
         "da8w4_linear_prepack_impl",
         "da8w4_linear_impl",
     ]
-    # the vector paths only in the AVX512 level's copy, AMX only where TORCHAO_CPU_DISPATCH allows it
-    assert "#if defined(CPU_CAPABILITY_AVX512) && defined(__x86_64__)" in port
+    # the vector paths only in the AVX512 level's copy (setup.py defines CPU_CAPABILITY_AVX512_VNNI there), AMX only
+    # where TORCHAO_CPU_DISPATCH allows it; no torch/library.h, as nothing is registered here
+    assert "#if defined(CPU_CAPABILITY_AVX512_VNNI) && defined(__x86_64__)" in port
+    assert "torch/library.h" not in port and "torch/library.h" in tk.render(REPO / "csrc")
     amx = port[port.index("bool amx_usable() {") :]
     assert amx.index("if (!brgemm_enabled())") < amx.index("at::cpu::init_amx()")
     # the 0.18.0 port: the same kernel, without torchao main's switch

@@ -9,8 +9,9 @@
 // Three paths, the best the CPU runs picked at run time: AMX int8 (TMUL tiles, from 8
 // rows), AVX512-VNNI register tiles (fewer rows, and a CPU without AMX), and a portable
 // scalar loop. Each path is compiled for its ISA by a target pragma, whatever -march the
-// build gets, and every one gives the same bits: the int32 dot products are exact and the
-// fp32 epilogue is the same sequence of IEEE operations (no FMA contraction).
+// build gets, and every one gives the same bits: the int32 block products are exact
+// (modulo 2^32, as int32 wraps) and the fp32 epilogue is the same sequence of IEEE
+// operations, an FMA only where its result is provably the same.
 
 // The AVX512-VNNI and AMX paths: x86-64 with a compiler that has their intrinsics (AMX:
 // GCC 11, clang 13); AMX also needs Linux, which grants a process the tile state.
@@ -24,6 +25,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
@@ -190,16 +192,18 @@ void tile_scalar(const TileParams& p) {
           dot[j + 16] += av * static_cast<int32_t>(b >> 4);
         }
       }
-      // sum a*(w - zw) = sum a*w - zw * sum a; asymmetric subtracts za * comp.
-      const int32_t s = p.rowsum[m * p.Kc + c];
+      // sum a*(w - zw) = sum a*w - zw * sum a; asymmetric subtracts za * comp. In uint32:
+      // modulo 2^32 where a large za makes it wrap, as the vector paths' int32 lanes do
+      // (signed overflow would be undefined).
+      const uint32_t s = static_cast<uint32_t>(p.rowsum[m * p.Kc + c]);
       const float sa = p.sa[m];
       float* out = p.out + m * p.ldo;
       for (int64_t j = 0; j < kBlockN; ++j) {
-        int32_t P = dot[j] - static_cast<int32_t>(zw[j]) * s;
+        uint32_t P = static_cast<uint32_t>(dot[j]) - static_cast<uint32_t>(static_cast<int32_t>(zw[j])) * s;
         if (!p.symmetric) {
-          P -= p.za[m] * p.comp[c * kBlockN + j];
+          P -= static_cast<uint32_t>(p.za[m]) * static_cast<uint32_t>(p.comp[c * kBlockN + j]);
         }
-        out[j] = out[j] + (static_cast<float>(P) * sa) * sw[j];
+        out[j] = out[j] + (static_cast<float>(static_cast<int32_t>(P)) * sa) * sw[j];
       }
     }
   }
@@ -672,7 +676,8 @@ struct Pending {
 // fnmadd(float(za), float(comp), float(C)). That is exactly float(P): C, za and comp
 // are integers of magnitude below 2^24 (|C| <= BK * 255 * 127, see fp_zero_point_ok),
 // so float(C), float(za) and float(comp) are exact, and the FMA rounds the exact
-// C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does. One
+// C - za * comp = P once, to nearest, as the int32 -> fp32 conversion of P does (P
+// does not wrap in int32 there, also fp_zero_point_ok's). One
 // vector operation fewer per 16 results than the int32 route (a multiply, a subtract
 // and the conversion), in an epilogue that is bound by its vector operations. Otherwise
 // P is taken in int32 and converted, as in the other paths.
@@ -717,14 +722,19 @@ inline void epilogue(const Pending& b, int64_t R, const int32_t* za, const float
   }
 }
 
-// Whether the FMA route of the epilogue is exact for this k block and these rows:
-// |C| <= BK * 255 * 127 (uint8 activation, |w - zw| <= 127) and |za| below 2^24.
+// Whether the FMA route of the epilogue gives the int32 route's bits for this k block
+// and these rows: |C| <= BK * 255 * 127 (uint8 activation, |w - zw| <= 127) below 2^24,
+// and |za * comp| <= |za| * BK * 127 small enough that C - za * comp does not wrap in
+// int32 (the other paths take it modulo 2^32, the FMA exactly). That bound also keeps
+// |za| below 2^24, where float(za) is exact.
 inline bool fp_zero_point_ok(int64_t BK, const int32_t* za, int64_t R) {
-  if (BK * 255 * 127 >= (int64_t{1} << 24)) {
+  const int64_t c_max = BK * 255 * 127;
+  if (c_max >= (int64_t{1} << 24)) {
     return false;
   }
+  const int64_t za_max = ((int64_t{1} << 31) - 1 - c_max) / (BK * 127);
   for (int64_t r = 0; r < R; ++r) {
-    if (za[r] <= -(1 << 24) || za[r] >= (1 << 24)) {
+    if (za[r] < -za_max || za[r] > za_max) {
       return false;
     }
   }
@@ -1357,10 +1367,13 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     // The tile state is released however the worker leaves: grow() or vnni_item may throw
     // after an item has configured the tiles, and a thread that kept them configured would
-    // skip the next call's LDTILECFG after other code on it released them.
+    // skip the next call's LDTILECFG after other code on it released them. ATen's brgemm
+    // (oneDNN) also skips its LDTILECFG while it believes its own configuration is loaded
+    // on the thread: brgemm_release() tells it that it is not.
     struct ReleaseTiles {
       ~ReleaseTiles() {
         amx_release();
+        at::native::cpublas::brgemm_release();
       }
     } release_tiles;
     for (int64_t t = next(); t >= 0; t = next()) {

@@ -18,6 +18,10 @@ must give its shapes and dtypes, and a weight packed by an earlier version must
 be refused, by the op and by load_state_dict.
 """
 
+import os
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import torch
@@ -68,8 +72,10 @@ def reference(x, sa, za, w, sw, zw, bias, out_dtype, symmetric):
     acc = torch.zeros(a.shape[0], n) if bias is None else bias.expand(a.shape[0], n)
     for c in range(k // bk):
         blk = slice(c * bk, (c + 1) * bk)
-        # integers below 2**53: exact in float64, then exactly an int32 value
-        p = (a[:, blk] @ wd[:, blk].T).to(torch.int32)
+        # integers below 2**53: exact in float64, then the int32 value, modulo 2**32
+        # where it overflows (activation zero points beyond about 2**31 / (bk * 127))
+        p = (a[:, blk] @ wd[:, blk].T).to(torch.int64)
+        p = (p + 2**31).remainder(2**32).sub(2**31).to(torch.int32)
         acc = acc + (p.to(torch.float32) * sa) * sw[:, (c * bk) // group_size]
     return acc.to(out_dtype).reshape(*x.shape[:-1], n)
 
@@ -88,6 +94,30 @@ SHAPES = [
     ((150,), 384, 160, 64),
     ((2,), 72, 32, 36),
 ]
+
+
+# One TORCHAO_CPU_DISPATCH level in a process of its own (the level is read once per
+# process): it packs the weight and runs the activations with its own packed weight and
+# with the one given (packed at another level).
+_LEVEL_CHILD = """
+import sys
+import torch
+import torchao  # noqa: F401
+
+d, level = sys.argv[1:]
+data = torch.load(f"{d}/inputs.pt")
+packed = torch.ops.torchao.da8w4_linear_prepack_cpu(data["w"], data["sw"], data["zw"])
+out = {"packed": packed}
+for name, weight in (("own", packed), ("given", data.get("packed"))):
+    if weight is not None:
+        out[name] = [
+            torch.ops.torchao.da8w4_linear_cpu(x, sa, za, *weight, None, torch.float)
+            for x, sa, za in data["acts"]
+        ]
+torch.save(out, f"{d}/{level}.pt")
+"""
+
+DISPATCH_LEVELS = ("DEFAULT", "AVX512", "AMX", "AUTO")
 
 
 @unittest.skipIf(
@@ -137,6 +167,63 @@ class TestDa8w4LinearCpuKernel(TestCase):
         finally:
             torch.set_num_threads(before)
             torch.use_deterministic_algorithms(deterministic)
+
+    def test_zero_point_products_beyond_int32(self):
+        # za * sum(w - zw) past 2**31 (za = +-200000 against 115 * 128 per block):
+        # the block product is taken modulo 2**32 on every path, as int32 wraps.
+        n, k, group_size = 64, 256, 128
+        w = torch.full((n, k), 15, dtype=torch.uint8)
+        zw = torch.full((n, k // group_size), -100, dtype=torch.int8)
+        sw = torch.full((n, k // group_size), 0.25)
+        gen = torch.Generator().manual_seed(41)
+        packed = torch.ops.torchao.da8w4_linear_prepack_cpu(w, sw, zw)
+        for m in (3, 40):
+            x = torch.randint(0, 256, (m, k), dtype=torch.uint8, generator=gen)
+            za = torch.tensor([200000, -200000, 150000, 131000, 7] * 8)[:m].int()
+            sa = torch.full((m,), 1.5)
+            got = torch.ops.torchao.da8w4_linear_cpu(
+                x, sa, za, *packed, None, torch.float
+            )
+            want = reference(x, sa, za, w, sw, zw, None, torch.float, False)
+            self.assertEqual(got, want, atol=0, rtol=0, msg=f"m={m}")
+
+    def test_dispatch_levels_agree(self):
+        # Each TORCHAO_CPU_DISPATCH level, in a process of its own, packs the weight
+        # into the same bytes, and gives the same output bits (the op's math) from its
+        # own packed weight and from one packed at DEFAULT: a weight packed on one
+        # machine or level is read alike on every other. M = 1, 4, 40: the register
+        # kernel and the AMX tiles; low zero points: the AMX path's fallback.
+        gen = torch.Generator().manual_seed(99)
+        w, sw, zw = make_weight(96, 256, 64, gen, low_zero_points=True)
+        cases = [(m, sym) for m in (1, 4, 40) for sym in (False, True)]
+        acts = [make_activation((m,), 256, sym, gen) for m, sym in cases]
+        with tempfile.TemporaryDirectory() as d:
+            inputs = {"w": w, "sw": sw, "zw": zw, "acts": acts}
+            results = {}
+            for level in DISPATCH_LEVELS:
+                torch.save(inputs, f"{d}/inputs.pt")
+                env = dict(os.environ, TORCHAO_CPU_DISPATCH=level)
+                r = subprocess.run(
+                    [sys.executable, "-c", _LEVEL_CHILD, d, level],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
+                self.assertEqual(r.returncode, 0, msg=f"{level}: {r.stderr}")
+                results[level] = torch.load(f"{d}/{level}.pt")
+                inputs["packed"] = results["DEFAULT"]["packed"]
+        want = [
+            reference(x, sa, za, w, sw, zw, None, torch.float, sym)
+            for (x, sa, za), (_, sym) in zip(acts, cases)
+        ]
+        for level, got in results.items():
+            for a, b in zip(got["packed"], results["DEFAULT"]["packed"]):
+                self.assertEqual(a, b, atol=0, rtol=0, msg=f"{level}: packed")
+            for name in ("own", "given") if level != "DEFAULT" else ("own",):
+                for out, ref, case in zip(got[name], want, cases):
+                    self.assertEqual(
+                        out, ref, atol=0, rtol=0, msg=f"{level} {name} {case}"
+                    )
 
     def test_refuses_weights_packed_by_earlier_versions(self):
         # The packed weight keeps its shape (the fake and the concat-linear pass
