@@ -63,7 +63,7 @@ from _da8w4_reference import make_activation, make_weight
 loader = import_loader()
 assert loader.load()
 ext = torch.utils.cpp_extension.load_inline(
-    "da8w4_brgemm_probe", "", cpp_sources=[{source!r}],
+    "da8w4_brgemm_probe", cpp_sources=[{source!r}],
     functions=["can_pack", "brgemm_ones"], build_directory={build!r})
 torch.set_num_threads(1)
 first = ext.brgemm_ones(32, 32, 64)
@@ -94,7 +94,6 @@ class TestBrgemmBesideOurTiles(TestCase):
         with tempfile.TemporaryDirectory() as build:
             ext = torch.utils.cpp_extension.load_inline(
                 "da8w4_brgemm_probe",
-                "",
                 cpp_sources=[SOURCE],
                 functions=["can_pack", "brgemm_ones"],
                 build_directory=build,
