@@ -156,9 +156,10 @@ def test_main_port_is_built_per_isa_level_and_registers_nothing():
         "da8w4_linear_prepack_impl",
         "da8w4_linear_impl",
     ]
-    # the vector paths only in the AVX512 level's copy (setup.py defines CPU_CAPABILITY_AVX512_VNNI there), AMX only
-    # where TORCHAO_CPU_DISPATCH allows it; no torch/library.h, as nothing is registered here
-    assert "#if defined(CPU_CAPABILITY_AVX512_VNNI) && defined(__x86_64__)" in port
+    # the vector paths in every copy above DEFAULT (AVX512, AVX10_2; whichever CPU_CAPABILITY_* setup.py defines
+    # there), AMX only where TORCHAO_CPU_DISPATCH allows it; no torch/library.h, as nothing is registered here
+    gate = port[port.index("#if (defined(CPU_CAPABILITY_AVX512)") : port.index("#define DA8W4_HAVE_AVX512VNNI")]
+    assert all(f"defined(CPU_CAPABILITY_{lvl})" in gate for lvl in ("AVX512", "AVX512_VNNI", "AVX10_2"))
     assert "torch/library.h" not in port and "torch/library.h" in tk.render(REPO / "csrc")
     amx = port[port.index("bool amx_usable() {") :]
     assert amx.index("if (!brgemm_enabled())") < amx.index("at::cpu::init_amx()")

@@ -8,19 +8,20 @@
 // int8 dynamic activations times int4 weights (group-wise scales and zero points).
 // setup.py builds this file once per ISA level and dispatch.cpp registers the ops,
 // calling the level TORCHAO_CPU_DISPATCH picks. Three paths: AMX int8 (TMUL tiles, from
-// 8 rows; AVX512 level, where TORCHAO_CPU_DISPATCH allows AMX), AVX512-VNNI register
-// tiles (fewer rows, and without AMX; AVX512 level) and a portable scalar loop (DEFAULT).
+// 8 rows, where TORCHAO_CPU_DISPATCH allows AMX), AVX512-VNNI register tiles (fewer
+// rows, and without AMX), both at the levels above DEFAULT, and a portable scalar loop
+// (DEFAULT).
 // Every level packs weights alike (int8, one layout) and every path gives the same bits:
 // the int32 block products are exact (modulo 2^32, as int32 wraps) and the fp32 epilogue
 // is the same sequence of IEEE operations, an FMA only where its result is provably the
 // same.
 
-// The AVX512-VNNI path: only in the copies setup.py builds with AVX512-VNNI, which it
-// compiles whole with those -m flags. The AMX path: there too, on Linux (which grants a
-// process the tile state), with a compiler that has the AMX intrinsics (GCC 11, clang
-// 13); setup.py passes no AMX flags, so a target pragma compiles it. The DEFAULT copy is
-// the scalar loop.
-#if defined(CPU_CAPABILITY_AVX512_VNNI) && defined(__x86_64__)
+// The AVX512-VNNI and AMX paths: in every copy setup.py builds above DEFAULT (the AVX512
+// and AVX10_2 levels), never in the DEFAULT copy, which is the scalar loop. Target pragmas
+// compile them, so they need no -m flags of the level; AMX on Linux (which grants a
+// process the tile state) with a compiler that has its intrinsics (GCC 11, clang 13).
+#if (defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX512_VNNI) || \
+     defined(CPU_CAPABILITY_AVX10_2)) && defined(__x86_64__)
 #define DA8W4_HAVE_AVX512VNNI 1
 #if defined(__linux__) && \
     ((defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))

@@ -92,6 +92,7 @@ SHAPES = [
     ((33,), 128, 32, 32),
     ((40,), 256, 256, 128),
     ((150,), 384, 160, 64),
+    ((48,), 128, 1024, 64),
     ((2,), 72, 32, 36),
 ]
 
@@ -208,6 +209,7 @@ class TestDa8w4LinearCpuKernel(TestCase):
                     env=env,
                     capture_output=True,
                     text=True,
+                    timeout=600,
                 )
                 self.assertEqual(r.returncode, 0, msg=f"{level}: {r.stderr}")
                 results[level] = torch.load(f"{d}/{level}.pt")
