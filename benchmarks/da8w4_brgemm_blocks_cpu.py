@@ -5,10 +5,10 @@ group block must be taken on its own before the per-group rescale. torchao main'
 ``da8w4_linear_krnl.cpp`` gets it from ``at::native::cpublas::brgemm`` (oneDNN's ukernel), one call
 per block; our kernel (``csrc/da8w4/kernel_amx.cpp``) issues the tile instructions itself.
 This times that brgemm route alone, on an already unpacked int8 weight (no int4 unpack, no
-rescale): per 32 x 32 x ``--group`` block, u8 x s8 -> s32, ``add_C`` off, the result stored
-(``ldc`` 32). The walk is like the kernel's: each thread takes an equal share of the N blocks,
-in panels of at most 1 MiB of unpacked weight (kept in L2) that every 32-row m tile reads in
-turn. Its cycles per 32x32x128 block compare with the ``tmul_store`` stage of
+rescale): one call per ``--rows`` x 32 x ``--group`` block (``--rows`` 32, or main's 128),
+u8 x s8 -> s32, ``add_C`` off, the result stored (``ldc`` 32). The walk is like the kernel's:
+each thread takes an equal share of the N blocks, in panels of at most 1 MiB of unpacked weight
+(kept in L2) that every m tile reads in turn. Its cycles per 32x32x128 block compare with the ``tmul_store`` stage of
 ``da8w4_amx_breakdown.sh`` (the kernel's tile loop with the same C stores, same walk), run on
 the same host::
 
@@ -41,8 +41,9 @@ SOURCE = r"""
 
 bool can_pack() { return at::native::cpublas::could_pack(at::kByte); }
 
-// a: [M, K] uint8; b: [N / 32, K / bk, bk / 4, 32, 4] int8 (VNNI4 per block); returns nothing,
-// each thread's results land in its own 32 x 32 int32 buffer (stored, as the kernel stores tiles).
+// a: [M, K] uint8; b: [N / 32, K / bk, bk / 4, 32, 4] int8 (VNNI4 per block); mrows rows per
+// call. Each thread's results land in its own mrows x 32 int32 buffer (stored, as the kernel
+// stores its tiles) and are not returned.
 void brgemm_blocks(const at::Tensor& a, const at::Tensor& b, int64_t bk, int64_t mrows) {
   const int64_t M = a.size(0), K = a.size(1), Nb = b.size(0), Kc = K / bk;
   const int64_t block_bytes = bk * 32;

@@ -6,8 +6,9 @@ is compiled as torchao main's setup.py compiles ``aten_kernels/*_krnl.cpp``: the
 and those above it (AVX512, AVX10_2), with a stand-in for main's ``utils.h`` (the one function
 the file uses of it). Each copy must define exactly the two entry points main's ``dispatch.cpp``
 calls, in its level's namespace, keep everything else internal (the copies are linked
-together), and hold the vector paths at every level above DEFAULT and only there. Run with main's own dispatch.cpp, torchao's tests pass
-against it (``torchao_main_plugin.py``, which needs a checkout of main).
+together), and hold the vector paths at every level above DEFAULT and only there. Run with
+main's own dispatch.cpp, torchao's tests pass against it (``torchao_main_plugin.py``, which
+needs a checkout of main).
 """
 
 import os
