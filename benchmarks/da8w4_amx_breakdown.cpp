@@ -211,6 +211,7 @@ const char* kStageDesc[] = {
 };
 
 struct ThreadBufs {
+  Buf<uint8_t> scratch;  // gemm_amx's working memory (stage full)
   Buf<int8_t> panel;
   Buf<float> acc;
   alignas(64) int32_t sink[4][16][16];
@@ -294,9 +295,14 @@ void mtile_partial(Stage st, const AmxParams& p, Scratch& s, int64_t R, const AT
 }
 
 void run_item(Stage st, const Problem& P, const AmxParams& p, ThreadBufs& tb) {
-  Scratch& s = scratch;
   if (st == kFull) {
-    gemm_amx(p);
+    const int64_t bytes = amx_scratch_bytes(p.nblk, P.Kc, P.BK, P.mtiles > 1);
+    if ((int64_t)tb.scratch.n < bytes) {
+      tb.scratch.resize(bytes);
+    }
+    AmxParams q = p;
+    q.scratch = tb.scratch.p;
+    gemm_amx(q);
     return;
   }
   const int64_t tile_bytes = P.BK * kBlockN;
@@ -320,10 +326,11 @@ void run_item(Stage st, const Problem& P, const AmxParams& p, ThreadBufs& tb) {
     tb.acc.resize(32 * ncols);
     std::memset(tb.acc.p, 0, tb.acc.n * sizeof(float));
   }
+  Scratch s;  // the C results of three blocks (its panel and acc are tb's here)
   for (int64_t m0 = 0; m0 < p.M; m0 += 32) {
     const int64_t R = std::min<int64_t>(32, p.M - m0);
     const int64_t r0 = std::min<int64_t>(16, R), r1 = R - r0;
-    configure(s, r0, r1, P.kstep);
+    configure(r0, r1, P.kstep);
     const ATiles at = p.a_packed ? ATiles{p.a_packed + m0 * p.lda, 32 * P.kstep, P.kstep}
                                  : ATiles{p.a + m0 * p.lda, P.kstep, p.lda};
     AmxParams q = p;
@@ -373,8 +380,7 @@ double tdp_peak(int threads, int64_t n) {
   {
     alignas(64) static thread_local uint8_t buf[4][1024];
     std::memset(buf, 1, sizeof(buf));
-    Scratch& s = scratch;
-    configure(s, 16, 16, 64);
+    configure(16, 16, 64);
     TILE_ZERO(kC0);
     TILE_ZERO(kC1);
     TILE_ZERO(kC2);
@@ -443,8 +449,7 @@ void check_perm(int threads) {
   // and each thread can run a tile instruction (a fault would kill the process here)
 #pragma omp parallel num_threads(threads)
   {
-    Scratch& s = scratch;
-    configure(s, 16, 16, 64);
+    configure(16, 16, 64);
     TILE_ZERO(kC0);
     amx_release();
   }

@@ -629,8 +629,14 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   const OutKind kind = output_dtype == at::kFloat ? OutKind::kFloat
       : output_dtype == at::kBFloat16             ? OutKind::kBFloat16
                                                   : OutKind::kHalf;
+  // Each thread's working memory (unpacked weight, accumulators), freed with the call.
+  const int64_t scratch_bytes = amx_scratch_bytes(nblk, Kc, BK, mtiles > 1);
+  at::Tensor scratch = at::empty({threads * scratch_bytes}, y.options().dtype(at::kByte));
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
-    // The tile state is released however the worker leaves: grow() or vnni_item may throw
+    const int64_t slot = at::get_thread_num();
+    TORCH_CHECK(slot >= 0 && slot < threads, "da8w4_linear_cpu: thread number ", num(slot), " of ", num(threads));
+    uint8_t* own_scratch = scratch.data_ptr<uint8_t>() + slot * scratch_bytes;
+    // The tile state is released however the worker leaves: vnni_item may throw
     // after an item has configured the tiles, and a thread that kept them configured would
     // skip the next call's LDTILECFG after other code on it released them. ATen's brgemm
     // (oneDNN) also skips its LDTILECFG while it believes its own configuration is loaded
@@ -669,6 +675,7 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       p.out_kind = kind;
       p.out = out + (m0 * N + nb0 * kBlockN) * esize;
       p.ldo = N;
+      p.scratch = own_scratch;
       if (p.M > 0 && !gemm_amx(p)) {
         vnni_item(p, output_dtype);
       }
@@ -782,7 +789,7 @@ at::Tensor da8w4_linear_cpu(
         shape(bias->sizes()));
     check_dtype(*bias, at::kFloat, "bias");
   }
-  for (const at::Tensor* t : {&input_scales, &input_qzeros, &weight, &weight_scales, &weight_qzeros}) {
+  for (const at::Tensor* t : {&input, &input_scales, &input_qzeros, &weight, &weight_scales, &weight_qzeros}) {
     TORCH_CHECK(t->device().is_cpu(), "da8w4_linear_cpu: all tensors must be on CPU");
   }
   TORCH_CHECK(

@@ -103,12 +103,19 @@ struct AmxParams {
   OutKind out_kind;
   void* out;  // element (row 0, column 0) of the item in the output
   int64_t ldo;  // in elements
+  // The calling thread's working memory, 64-byte aligned: amx_scratch_bytes() bytes
+  // for this item's nblk and Kc, or more.
+  uint8_t* scratch;
 };
 #if defined(DA8W4_HAVE_AMX)
 // Rows per AMX m tile (two 16-row tiles).
 constexpr int64_t kTileM = 32;
 // False (nothing written) when some zw of the item is below -112.
 bool gemm_amx(const AmxParams& p);
+// The working memory of an item of up to `nblk` N blocks (a multiple of 64 bytes):
+// its unpacked weight and fp32 accumulators; `several_m_tiles`: items of more than
+// kTileM rows, which unpack the whole panel once.
+int64_t amx_scratch_bytes(int64_t nblk, int64_t Kc, int64_t BK, bool several_m_tiles);
 // The k bytes per tile row for a k block of BK (a multiple of 4 dividing BK, <= 64).
 int64_t amx_k_step(int64_t BK);
 // Packs rows [0, rows) (rows <= 32, the rest zero) of a [*, K] activation (stride

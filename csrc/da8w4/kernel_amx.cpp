@@ -12,10 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #include "kernel.h"
 
@@ -125,35 +122,30 @@ inline void tile_release() {
   } while (0)
 #endif
 
-// Per-thread scratch: the unpacked weight panel, the fp32 accumulators and the int32
-// tile results, grown on demand and kept for the thread's lifetime: at most an item's
-// panel (1 MiB by run_amx's blocking, K * 32 bytes where K > 32768) and under 32 KiB more.
-struct Scratch {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> panel;
-  int64_t panel_bytes = 0;
-  alignas(64) int32_t cbuf[3][4][16][16];  // results of three blocks: see m_tile
-  std::unique_ptr<float, Free> acc;
-  int64_t acc_floats = 0;
+// The calling thread's tile configuration as last loaded (a mirror of its CPU state), so
+// that LDTILECFG runs only when the configuration changes.
+struct TileState {
   TileConfig cfg{};
-  bool cfg_loaded = false;
+  bool loaded = false;
 };
-thread_local Scratch scratch;
+thread_local TileState tile_state;
 
-template <typename T>
-T* grow(std::unique_ptr<T, Scratch::Free>& buf, int64_t& have, int64_t want) {
-  if (want > have) {
-    const size_t bytes = ((static_cast<size_t>(want) * sizeof(T) + 63) / 64) * 64;
-    T* fresh = static_cast<T*>(std::aligned_alloc(64, bytes));
-    if (fresh == nullptr) {
-      throw std::bad_alloc();
-    }
-    buf.reset(fresh);
-    have = want;
-  }
-  return buf.get();
+// One item's working memory: the unpacked weight panel and the fp32 accumulators, in
+// the caller's buffer (amx_scratch_bytes), and the int32 results of three blocks.
+struct Scratch {
+  int8_t* panel;
+  float* acc;
+  alignas(64) int32_t cbuf[3][4][16][16];  // see m_tile
+};
+
+int64_t round64(int64_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+
+// The unpacked panel: the item's whole weight (several m tiles), else three rotating
+// tiles (see gemm_impl).
+int64_t panel_bytes(int64_t nblk, int64_t Kc, int64_t BK, bool whole_panel) {
+  return round64((whole_panel ? nblk * Kc : 3) * BK * kBlockN);
 }
 
 // Largest multiple of 4 that divides BK and is at most 64 (the k bytes of one tile row).
@@ -234,7 +226,7 @@ inline void store_row(const float* src, int64_t cols, const AmxParams& p, int64_
   }
 }
 
-void configure(Scratch& s, int64_t r0, int64_t r1, int64_t kstep) {
+void configure(int64_t r0, int64_t r1, int64_t kstep) {
   TileConfig cfg{};
   cfg.palette_id = 1;
   for (int t : {kC0, kC1}) {
@@ -255,10 +247,11 @@ void configure(Scratch& s, int64_t r0, int64_t r1, int64_t kstep) {
     cfg.rows[t] = static_cast<uint8_t>(kstep / 4);
     cfg.colsb[t] = 64;
   }
-  if (!s.cfg_loaded || std::memcmp(&cfg, &s.cfg, sizeof(cfg)) != 0) {
+  TileState& state = tile_state;
+  if (!state.loaded || std::memcmp(&cfg, &state.cfg, sizeof(cfg)) != 0) {
     tile_config(cfg);
-    s.cfg = cfg;
-    s.cfg_loaded = true;
+    state.cfg = cfg;
+    state.loaded = true;
   }
 }
 
@@ -438,7 +431,6 @@ void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const i
 
 template <bool kSym>
 bool gemm_impl(const AmxParams& p) {
-  Scratch& s = scratch;
   // w - zw must fit int8: zw >= -112 (w <= 15, zw <= 127 as int8).
   {
     __m512i mn = _mm512_set1_epi8(127);
@@ -464,8 +456,10 @@ bool gemm_impl(const AmxParams& p) {
   // for every m tile. One m tile: unpack each (N block, k block) tile just before use,
   // into three rotating buffers (see m_tile: no tile load reads bytes just stored).
   const bool whole_panel = p.M > kTileM;
-  int8_t* panel = reinterpret_cast<int8_t*>(
-      grow(s.panel, s.panel_bytes, whole_panel ? p.nblk * Kc * tile_bytes : 3 * tile_bytes));
+  Scratch s;
+  s.panel = reinterpret_cast<int8_t*>(p.scratch);
+  s.acc = reinterpret_cast<float*>(p.scratch + panel_bytes(p.nblk, Kc, BK, whole_panel));
+  int8_t* panel = s.panel;
   if (whole_panel) {
     for (int64_t nb = 0; nb < p.nblk; ++nb) {
       for (int64_t c = 0; c < Kc; ++c) {
@@ -475,12 +469,12 @@ bool gemm_impl(const AmxParams& p) {
       }
     }
   }
-  float* acc = grow(s.acc, s.acc_floats, kTileM * ncols);
+  float* acc = s.acc;
   for (int64_t m0 = 0; m0 < p.M; m0 += kTileM) {
     const int64_t R = std::min<int64_t>(kTileM, p.M - m0);
     const int64_t r0 = std::min<int64_t>(16, R);
     const int64_t r1 = R - r0;
-    configure(s, r0, r1, kstep);
+    configure(r0, r1, kstep);
     for (int64_t r = 0; r < R; ++r) {
       for (int64_t j = 0; j < ncols; j += 16) {
         _mm512_storeu_ps(acc + r * ncols + j, p.bias ? _mm512_loadu_ps(p.bias + j) : _mm512_setzero_ps());
@@ -551,8 +545,13 @@ void pack_a_amx(const uint8_t* a, int64_t lda, int64_t rows, int64_t K, int64_t 
   }
 }
 
+int64_t amx_scratch_bytes(int64_t nblk, int64_t Kc, int64_t BK, bool several_m_tiles) {
+  const int64_t panel = std::max(panel_bytes(nblk, Kc, BK, several_m_tiles), panel_bytes(nblk, Kc, BK, false));
+  return panel + round64(kTileM * nblk * kBlockN * static_cast<int64_t>(sizeof(float)));
+}
+
 void amx_release() {
-  scratch.cfg_loaded = false;
+  tile_state.loaded = false;
   tile_release();
 }
 
