@@ -15,7 +15,7 @@ the same host::
     python benchmarks/da8w4_brgemm_blocks_cpu.py --threads 1 16 --ms 256 1024
     bash benchmarks/da8w4_amx_breakdown.sh /tmp/bd -- --threads 1 16 --m 256 1024
 
-Prints one table: per (threads, shape, M) the median time over ``--reps`` calls, the cycles per
+Prints one table: per (threads, shape, M) how many threads took a share ("ran on"), the median time over ``--reps`` calls, the cycles per
 block at ``--ghz`` (time x GHz x threads / blocks) and the share of the assumed AMX peak
 (threads x 1024 int8 MAC/cycle x GHz). Whether brgemm used AMX is ATen's
 ``cpublas::could_pack(kByte)``, printed; without it the numbers are not AMX's.
@@ -37,21 +37,24 @@ SOURCE = r"""
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 
+#include <atomic>
 #include <vector>
 
 bool can_pack() { return at::native::cpublas::could_pack(at::kByte); }
 
 // a: [M, K] uint8; b: [N / 32, K / bk, bk / 4, 32, 4] int8 (VNNI4 per block); mrows rows per
 // call. Each thread's results land in its own mrows x 32 int32 buffer (stored, as the kernel
-// stores its tiles) and are not returned.
-void brgemm_blocks(const at::Tensor& a, const at::Tensor& b, int64_t bk, int64_t mrows) {
+// stores its tiles) and are not returned. Returns how many threads took a share.
+int64_t brgemm_blocks(const at::Tensor& a, const at::Tensor& b, int64_t bk, int64_t mrows) {
   const int64_t M = a.size(0), K = a.size(1), Nb = b.size(0), Kc = K / bk;
   const int64_t block_bytes = bk * 32;
   const int64_t panel_blocks = std::max<int64_t>(1, (int64_t{1} << 20) / (Kc * block_bytes));
   const uint8_t* A = a.data_ptr<uint8_t>();
   const int8_t* B = b.data_ptr<int8_t>();
   const int nt = at::get_num_threads();
+  std::atomic<int64_t> ran{0};
   at::parallel_for(0, nt, 1, [&](int64_t t0, int64_t t1) {
+    ran += 1;
     std::vector<int32_t> c(mrows * 32);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = Nb * t / nt, n1 = Nb * (t + 1) / nt;
@@ -70,6 +73,7 @@ void brgemm_blocks(const at::Tensor& a, const at::Tensor& b, int64_t bk, int64_t
     }
     at::native::cpublas::brgemm_release();
   });
+  return ran.load();
 }
 """
 
@@ -99,7 +103,10 @@ def main() -> None:
             cpp_sources=[SOURCE],
             functions=["can_pack", "brgemm_blocks"],
             build_directory=build,
-            extra_cflags=["-O3"],
+            # at::parallel_for's OpenMP loop is compiled into this extension: without
+            # -fopenmp its pragma is ignored and every thread count runs serially
+            extra_cflags=["-O3", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
         )
     print(
         f"torch {torch.__version__}; brgemm on AMX (cpublas::could_pack(kByte)): {ext.can_pack()}"
@@ -108,9 +115,9 @@ def main() -> None:
         f"group {args.group}; cycles at {args.ghz} GHz; medians of {args.reps} calls after one warm-up\n"
     )
     print(
-        "| threads | shape | M | us (median) | us min | cycles / 32x32x128 block | % assumed peak |"
+        "| threads | ran on | shape | M | us (median) | us min | cycles / 32x32x128 block | % assumed peak |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
     gen = torch.Generator().manual_seed(0)
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -125,7 +132,7 @@ def main() -> None:
             )
             for m in args.ms:
                 a = torch.randint(0, 256, (m, k), dtype=torch.uint8, generator=gen)
-                ext.brgemm_blocks(a, b, args.group, args.rows)
+                ran = ext.brgemm_blocks(a, b, args.group, args.rows)
                 times = []
                 for _ in range(args.reps):
                     t0 = time.perf_counter()
@@ -135,7 +142,7 @@ def main() -> None:
                 blocks = (m / 32) * (n / 32) * (k / 128)
                 macs = m * n * k
                 print(
-                    f"| {threads} | {name} {k}->{n} | {m} | {med * 1e6:.0f} | {min(times) * 1e6:.0f} | "
+                    f"| {threads} | {ran} | {name} {k}->{n} | {m} | {med * 1e6:.0f} | {min(times) * 1e6:.0f} | "
                     f"{med * args.ghz * 1e9 * threads / blocks:.0f} | "
                     f"{100 * macs / med / (threads * 1024 * args.ghz * 1e9):.1f}% |",
                     flush=True,
