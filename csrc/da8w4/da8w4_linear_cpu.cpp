@@ -470,6 +470,32 @@ int64_t amx_min_m() {
 }
 #endif
 
+#if defined(DA8W4_TUNING)
+// DA8W4_AMX_BLOCKS=brgemm (benchmarks): each block's int32 product from ATen's brgemm, as
+// torchao main's file computes it, instead of the kernel's own tiles (read once).
+void brgemm_block(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b, int64_t BK, int32_t* c,
+                  bool symmetric) {
+  if (symmetric) {
+    at::native::cpublas::brgemm(rows, kBlockN, BK, lda, kBlockN, kBlockN, false, reinterpret_cast<const int8_t*>(a),
+                                b, c, true);
+  } else {
+    at::native::cpublas::brgemm(rows, kBlockN, BK, lda, kBlockN, kBlockN, false, a, b, c, true);
+  }
+}
+
+AmxBlockProduct amx_block_product() {
+  static const AmxBlockProduct v = [] {
+    const char* env = std::getenv("DA8W4_AMX_BLOCKS");
+    if (env == nullptr || env[0] == '\0' || std::strcmp(env, "tiles") == 0) {
+      return AmxBlockProduct{nullptr};
+    }
+    TORCH_CHECK(std::strcmp(env, "brgemm") == 0, "DA8W4_AMX_BLOCKS=", env, ": not tiles or brgemm");
+    return &brgemm_block;
+  }();
+  return v;
+}
+#endif
+
 // An AMX work item whose zero points do not fit the AMX path (zw < -112): the
 // AVX512-VNNI tile kernel does it instead (same results).
 void vnni_item(const AmxParams& p, at::ScalarType output_dtype) {
@@ -632,6 +658,9 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
   // Each thread's working memory (unpacked weight, accumulators), freed with the call.
   const int64_t scratch_bytes = amx_scratch_bytes(nblk, Kc, BK, mtiles > 1);
   at::Tensor scratch = at::empty({threads * scratch_bytes}, y.options().dtype(at::kByte));
+#if defined(DA8W4_TUNING)
+  const AmxBlockProduct block_product = amx_block_product();
+#endif
   parallel_items(ngroups * mchunks, Chunks::kOne, [&](const auto& next) {
     const int64_t slot = at::get_thread_num();
     TORCH_CHECK(slot >= 0 && slot < threads, "da8w4_linear_cpu: thread number ", num(slot), " of ", num(threads));
@@ -676,6 +705,9 @@ void run_amx(const uint8_t* a, int64_t K, int64_t M, const int32_t* za, const fl
       p.out = out + (m0 * N + nb0 * kBlockN) * esize;
       p.ldo = N;
       p.scratch = own_scratch;
+#if defined(DA8W4_TUNING)
+      p.block_product = block_product;
+#endif
       if (p.M > 0 && !gemm_amx(p)) {
         vnni_item(p, output_dtype);
       }

@@ -81,6 +81,14 @@ void tile_avx512vnni(const TileParams& p);
 // as the tile kernels, so the results are bit-identical to theirs.
 enum class OutKind : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
 
+#if defined(DA8W4_TUNING)
+// Benchmarks only (DA8W4_AMX_BLOCKS=brgemm): the int32 product of one block, `rows` (<= 32)
+// x 32 columns x BK, of activation rows `a` (stride lda) and a weight tile `b` in VNNI4
+// rows of all 32 columns ([BK / 4][32][4]), into row-major `c` (32 int32 per row).
+using AmxBlockProduct = void (*)(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b, int64_t BK,
+                                 int32_t* c, bool symmetric);
+#endif
+
 struct AmxParams {
   const uint8_t* a;  // row 0 of the item, stride lda
   int64_t lda;
@@ -106,6 +114,9 @@ struct AmxParams {
   // The calling thread's working memory, 64-byte aligned: amx_scratch_bytes() bytes
   // for this item's nblk and Kc, or more.
   uint8_t* scratch;
+#if defined(DA8W4_TUNING)
+  AmxBlockProduct block_product = nullptr;  // nullptr: the kernel's own tiles
+#endif
 };
 #if defined(DA8W4_HAVE_AMX)
 // Rows per AMX m tile (two 16-row tiles).

@@ -429,6 +429,61 @@ void m_tile(const AmxParams& p, Scratch& s, int64_t R, const ATiles& at, const i
   }
 }
 
+#if defined(DA8W4_TUNING)
+// Benchmarks only: torchao main's route for the block products. Each (N block, k block)
+// weight tile is unpacked to VNNI4 rows of all 32 columns ([BK / 4][32][4], as brgemm
+// reads B), each block's int32 product comes from p.block_product (ATen's brgemm, one call
+// of up to 32 rows) in row-major C, laid out as the tiles store it, and the epilogue,
+// acc init and stores are the kernel's. Same bits as the tile route.
+inline void unpack_tile_vnni4(const uint8_t* src, const int8_t* zw, int64_t BK, int8_t* dst) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i rep = _mm512_set1_epi32(0x01010101);
+  const __m512i z_lo = _mm512_mullo_epi32(
+      _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zw))),
+                       _mm512_set1_epi32(0xFF)),
+      rep);
+  const __m512i z_hi = _mm512_mullo_epi32(
+      _mm512_and_si512(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zw + 16))),
+          _mm512_set1_epi32(0xFF)),
+      rep);
+  for (int64_t k4 = 0; k4 < BK / 4; ++k4) {
+    const __m512i v = _mm512_loadu_si512(src + k4 * 64);
+    _mm512_storeu_si512(dst + k4 * 128, _mm512_sub_epi8(_mm512_and_si512(v, nibble), z_lo));
+    _mm512_storeu_si512(dst + k4 * 128 + 64,
+                        _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), z_hi));
+  }
+}
+
+template <bool kSym, bool kFloatZp>
+void m_tile_by_product(const AmxParams& p, Scratch& s, int64_t R, const uint8_t* a, const int32_t* za,
+                       const float* sa, int8_t* panel, bool whole_panel, float* acc, int64_t ncols) {
+  const int64_t BK = p.BK;
+  const int64_t Kc = p.Kc;
+  const int64_t tile_bytes = BK * kBlockN;
+  const int64_t packed_tile = BK * kBlockN / 2;
+  alignas(64) int32_t c[kTileM * kBlockN];
+  for (int64_t i = 0; i < Kc * p.nblk; ++i) {
+    const int64_t kc = i / p.nblk;
+    const int64_t nb = i % p.nblk;
+    const int64_t g = kc / p.blocks_per_group;
+    const int8_t* bt = panel + (nb * Kc + kc) * tile_bytes;
+    if (!whole_panel) {
+      unpack_tile_vnni4(p.w + (nb * Kc + kc) * packed_tile, p.zw + (nb * p.G + g) * kBlockN, BK, panel);
+      bt = panel;
+    }
+    p.block_product(a + kc * BK, p.lda, R, bt, BK, c, p.symmetric);
+    for (int64_t r = 0; r < R; ++r) {  // row-major C to the tiles' layout
+      _mm512_store_si512(s.cbuf[0][(r / 16) * 2][r % 16], _mm512_load_si512(c + r * kBlockN));
+      _mm512_store_si512(s.cbuf[0][(r / 16) * 2 + 1][r % 16], _mm512_load_si512(c + r * kBlockN + 16));
+    }
+    epilogue<kSym, kFloatZp>(Pending{s.cbuf[0], p.sw + (nb * p.G + g) * kBlockN,
+                                     kSym ? nullptr : p.comp + (nb * Kc + kc) * kBlockN, acc + nb * kBlockN},
+                             R, za, sa, ncols);
+  }
+}
+#endif
+
 template <bool kSym>
 bool gemm_impl(const AmxParams& p) {
   // w - zw must fit int8: zw >= -112 (w <= 15, zw <= 127 as int8).
@@ -464,12 +519,41 @@ bool gemm_impl(const AmxParams& p) {
     for (int64_t nb = 0; nb < p.nblk; ++nb) {
       for (int64_t c = 0; c < Kc; ++c) {
         const int64_t g = c / p.blocks_per_group;
+#if defined(DA8W4_TUNING)
+        if (p.block_product != nullptr) {
+          unpack_tile_vnni4(p.w + (nb * Kc + c) * packed_tile, p.zw + (nb * p.G + g) * kBlockN, BK,
+                            panel + (nb * Kc + c) * tile_bytes);
+          continue;
+        }
+#endif
         unpack_tile(p.w + (nb * Kc + c) * packed_tile, p.zw + (nb * p.G + g) * kBlockN, BK,
                     panel + (nb * Kc + c) * tile_bytes);
       }
     }
   }
   float* acc = s.acc;
+#if defined(DA8W4_TUNING)
+  if (p.block_product != nullptr) {  // no configure(): brgemm loads its own tile configuration
+    for (int64_t m0 = 0; m0 < p.M; m0 += kTileM) {
+      const int64_t R = std::min<int64_t>(kTileM, p.M - m0);
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t j = 0; j < ncols; j += 16) {
+          _mm512_storeu_ps(acc + r * ncols + j, p.bias ? _mm512_loadu_ps(p.bias + j) : _mm512_setzero_ps());
+        }
+      }
+      const int32_t* za = kSym ? nullptr : p.za + m0;
+      if (!kSym && fp_zero_point_ok(BK, za, R)) {
+        m_tile_by_product<kSym, true>(p, s, R, p.a + m0 * p.lda, za, p.sa + m0, panel, whole_panel, acc, ncols);
+      } else {
+        m_tile_by_product<kSym, false>(p, s, R, p.a + m0 * p.lda, za, p.sa + m0, panel, whole_panel, acc, ncols);
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        store_row(acc + r * ncols, ncols, p, m0 + r);
+      }
+    }
+    return true;
+  }
+#endif
   for (int64_t m0 = 0; m0 < p.M; m0 += kTileM) {
     const int64_t R = std::min<int64_t>(kTileM, p.M - m0);
     const int64_t r0 = std::min<int64_t>(16, R);

@@ -223,6 +223,21 @@ class TestDa8w4Linear(TestCase):
             env=dict(os.environ, **env), capture_output=True, text=True,
         )
 
+    def test_amx_blocks_by_brgemm(self):
+        # DA8W4_AMX_BLOCKS=brgemm, a benchmark of torchao main's route: each block's
+        # int32 product from ATen's brgemm instead of the kernel's tiles gives the same
+        # bits. The AMX tests, in a process that reads the setting (once).
+        if not _isa_available("amx"):
+            self.skipTest("amx not available on this CPU/build")
+        tests = "amx_tiling or amx_row_chunks or amx_activation_zero_point or beyond_int32 or test_thread_counts"
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__),
+             "-k", f"({tests}) and not fewer and not brgemm"],
+            env=dict(os.environ, DA8W4_AMX_BLOCKS="brgemm"), capture_output=True, text=True,
+        )
+        self.assertEqual(out.returncode, 0, msg=out.stdout + out.stderr)
+        self.assertIn("7 passed", out.stdout)
+
     def test_thread_counts_with_fewer_openmp_threads(self):
         # OMP_THREAD_LIMIT below torch's thread count: at::parallel_for's team is
         # smaller than the number of ranges, so a thread starts on several of them.
