@@ -470,19 +470,27 @@ class Da8w4ConcatLinearTest(TestCase):
         self.assertIn(f"{big} rows", "\n".join(cm.output))
 
     def test_da8w4_concat_linear_decode_m1(self):
-        # One token: the split outputs are contiguous views, returned as is.
+        # One token: each split output is contiguous, yet returned as a graph
+        # output it gets its own storage, as eager's do (a view of the fused
+        # output would let a resize_ of one output overwrite another).
         torch.manual_seed(0)
         mod = Da8w4Linears(64, [64, 32, 32], bias=True).eval()
         self.common(mod, (torch.randn(1, 64),), expected_calls=1, expected_fusions=1)
+        x = torch.randn(1, 64)
         with (
             torch.no_grad(),
             inductor_config.patch({"freezing": True, "cpp.enable_concat_linear": True}),
         ):
             torch._dynamo.reset()
-            outs = torch.compile(mod)(torch.randn(1, 64))
-        for out, n in zip(outs, (64, 32, 32)):
-            self.assertTrue(out.is_contiguous())
-            self.assertEqual(out.view(-1).shape, (n,))
+            counters.clear()
+            outs = torch.compile(mod)(x)
+            expected = mod(x)
+        self.assertEqual(counters["inductor"]["da8w4_concat_linear"], 1)
+        storages = {out.untyped_storage().data_ptr() for out in outs}
+        self.assertEqual(len(storages), len(outs))
+        for out, ref in zip(outs, expected):
+            self.assertEqual(out.storage_offset(), 0)
+            self.assertEqual(out.stride(), ref.stride())
 
     def test_da8w4_concat_linear_gate_up_3d_bf16(self):
         torch.manual_seed(0)

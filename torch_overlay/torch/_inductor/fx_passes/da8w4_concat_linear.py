@@ -421,8 +421,10 @@ def _reads_split_in_place(
     user: torch.fx.Node, old: torch.fx.Node, item: Any, fake_mode: Any
 ) -> bool:
     """Can ``user`` of the unfused output ``old`` read the split output ``item``
-    as is, or does it need a contiguous copy?"""
-    return item.is_contiguous() or _view_accepts_strided(user, old, item, fake_mode, 0)
+    as is, or does it need a contiguous copy?  Asked of the consumer, not of
+    ``item``'s strides: at one row a split is contiguous, yet a graph output
+    must still not share the fused output's storage (eager's do not)."""
+    return _view_accepts_strided(user, old, item, fake_mode, 0)
 
 
 def _view_accepts_strided(
