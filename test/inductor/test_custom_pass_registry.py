@@ -1,5 +1,6 @@
 # Owner(s): ["module: inductor"]
 import pickle
+from unittest import mock
 
 import torch
 import torch._dynamo
@@ -239,6 +240,22 @@ class CustomPassRegistryTest(TestCase):
             )
         with self.assertRaises(TypeError):
             cpr.register_custom_pass("post_grad_custom_pre_pass", object())
+        with self.assertRaisesRegex(TypeError, "is a class; register an instance"):
+            cpr.register_custom_pass("post_grad_custom_pre_pass", RecordingPass)
+        bad = [
+            ("name", {"name": ""}),
+            ("name", {"name": 123}),
+            ("name", {"name": ["x"]}),
+            ("before", {"before": 5}),
+            ("before", {"before": {"a": 1}}),
+            ("after", {"after": [None]}),
+            ("after", {"after": ["a", ""]}),
+        ]
+        for arg, kwargs in bad:
+            with self.assertRaisesRegex(TypeError, f"{arg}=", msg=kwargs):
+                cpr.register_custom_pass(
+                    "post_grad_custom_pre_pass", RecordingPass("x", log), **kwargs
+                )
         names = [i.name for i in cpr.list_custom_passes()["post_grad_custom_pre_pass"]]
         self.assertEqual(names, ["a"])
 
@@ -552,14 +569,38 @@ class CustomPassRegistryTest(TestCase):
                     timing(), "early" if stage == "pre_grad_custom_pass" else "late"
                 )
 
-    def test_custom_pass_registry_file_hashes_cached_for_several_passes(self):
-        # Two passes hashing their own files do not re-read them per compile.
-        get_hash_for_files.cache_clear()
-        for _ in range(2):
-            get_hash_for_files((__file__,))
-            get_hash_for_files((cpr.__file__,))
-        info = get_hash_for_files.cache_info()
-        self.assertEqual((info.hits, info.misses), (2, 2))
+    def test_custom_pass_registry_uuid_error_names_the_pass(self):
+        broken = RecordingPass("broken", [])
+
+        def uuid():
+            raise KeyError("no version file")
+
+        broken.uuid = uuid
+        with self.register("post_grad_custom_post_pass", broken, name="lib.broken"):
+            with self.assertRaisesRegex(RuntimeError, "lib.broken.*no version file"):
+                cpr.list_custom_passes()
+
+    def test_custom_pass_registry_subprocess_compile_bypasses_cache(self):
+        # A subprocess compile runs no custom pass, so its graph must not be
+        # cached under a key that names one (registered or assigned).
+        from torch._inductor import compile_fx
+
+        with self.register(
+            "post_grad_custom_post_pass", RecordingPass("a", []), name="lib.a"
+        ):
+            self.assertIsNone(cpr.custom_pass_cache_bypass_reason(True))
+            with mock.patch.object(
+                compile_fx, "fx_compile_mode", compile_fx.FxCompileMode.SUBPROCESS
+            ):
+                reason = cpr.custom_pass_cache_bypass_reason(True)
+        self.assertRegex(reason, "lib.a.*subprocess")
+        with mock.patch.object(
+            compile_fx, "fx_compile_mode", compile_fx.FxCompileMode.SUBPROCESS
+        ):
+            self.assertIsNone(cpr.custom_pass_cache_bypass_reason(True))
+            with inductor_config.patch(post_grad_custom_pre_pass=SinToCos([])):
+                reason = cpr.custom_pass_cache_bypass_reason(True)
+        self.assertRegex(reason, "SinToCos.*subprocess")
 
     def test_custom_pass_registry_cache_details_order_and_uuid(self):
         log = []

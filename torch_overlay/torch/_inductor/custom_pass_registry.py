@@ -21,7 +21,8 @@ here run next to the assigned ones::
   while config values must pickle and feed the cache key.  So
   ``config.patch``, ``save_config``/``load_config`` and ``get_config_copy``
   are unaffected, and, as for assigned passes, subprocess compiles
-  (``fx_compile_mode=subprocess``) do not run them.
+  (``fx_compile_mode=subprocess``) do not run them: such a compile with any
+  custom pass bypasses the FX graph cache.
 * Run order: the assigned passes (one callable, a list or a tuple), then the
   registered ones in registration order, moved by ``before=``/``after=``
   names (names that are not registered are ignored; cycles and duplicate
@@ -47,6 +48,7 @@ import enum
 import itertools
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from typing import Any, TYPE_CHECKING
 from typing_extensions import Self
 
@@ -56,7 +58,7 @@ from . import config, custom_graph_pass
 
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Sequence
 
 
 log = logging.getLogger(__name__)
@@ -167,13 +169,18 @@ def _custom_pass_name(custom_pass: object) -> str:
     return f"{module}.{qualname}" if module else qualname
 
 
-def _custom_pass_uuid(custom_pass: object) -> Any:
+def _custom_pass_uuid(custom_pass: object, name: str | None = None) -> Any:
     """The ``uuid()`` the cache key includes, or None when the pass cannot be
     part of a key: it is not a ``CustomPassBase`` (whose ``uuid()`` the cache
-    trusts) or its ``uuid()`` is None."""
+    trusts) or its ``uuid()`` is None.  A ``uuid()`` that raises is reported
+    with the pass's ``name``."""
     if not isinstance(custom_pass, custom_graph_pass.CustomPassBase):
         return None
-    return custom_pass.uuid()
+    try:
+        return custom_pass.uuid()
+    except Exception as e:
+        name = name or _custom_pass_name(custom_pass)
+        raise RuntimeError(f"uuid() of custom pass {name} raised {e!r}") from e
 
 
 def _custom_pass_has_uuid(custom_pass: object) -> bool:
@@ -182,12 +189,20 @@ def _custom_pass_has_uuid(custom_pass: object) -> bool:
     return _custom_pass_uuid(custom_pass) is not None
 
 
-def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+def _names(arg: str, value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``before=``/``after=`` as a tuple of pass names; anything else raises,
+    naming ``arg``."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value)
+    names = (value,) if isinstance(value, str) else value
+    if isinstance(names, Iterable) and not isinstance(names, Mapping):
+        names = tuple(names)
+        if all(isinstance(n, str) and n for n in names):
+            return names
+    raise TypeError(
+        f"{arg}= takes a pass name or an iterable of pass names (non-empty "
+        f"strings), got {value!r}"
+    )
 
 
 def _assigned(stage: CustomPassStage) -> tuple[Callable[..., Any], ...]:
@@ -252,9 +267,19 @@ def register_custom_pass(
     ``CustomSchedulerPass`` for scheduler stages) whose ``uuid()`` is not None.
     """
     resolved = _as_stage(stage)
+    if isinstance(custom_pass, type) and issubclass(
+        custom_pass, custom_graph_pass.CustomPassBase
+    ):
+        raise TypeError(
+            f"custom pass {custom_pass.__qualname__} is a class; register an "
+            "instance of it"
+        )
     if not callable(custom_pass):
         raise TypeError(f"custom pass must be callable, got {type(custom_pass)}")
+    if name is not None and not (isinstance(name, str) and name):
+        raise TypeError(f"name= must be a non-empty string, got {name!r}")
     pass_name = name if name is not None else _custom_pass_name(custom_pass)
+    before_names, after_names = _names("before", before), _names("after", after)
     with _lock:
         entries = list(_registry.get(resolved, ()))
         if any(e.name == pass_name for e in entries):
@@ -264,7 +289,7 @@ def register_custom_pass(
                 "a different name="
             )
         registration = _Registration(
-            resolved, pass_name, custom_pass, _names(before), _names(after), next(_seq)
+            resolved, pass_name, custom_pass, before_names, after_names, next(_seq)
         )
         _ordered([*entries, registration])  # refuse cycles before committing
         _registry[resolved] = [*entries, registration]
@@ -306,7 +331,10 @@ def list_custom_passes(
             for p in _assigned(s)
         ] + [
             CustomPassInfo(
-                e.name, "registry", e.custom_pass, _custom_pass_uuid(e.custom_pass)
+                e.name,
+                "registry",
+                e.custom_pass,
+                _custom_pass_uuid(e.custom_pass, e.name),
             )
             for e in _registered(s)
         ]
@@ -336,7 +364,20 @@ def _cache_infos(include_pre_grad: bool) -> _CacheInfos:
 def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
     """Why the FX graph cache cannot serve this compile, or None.
     ``include_pre_grad``: pre-grad passes run after the cache lookup."""
-    for stage, stage_infos in _cache_infos(include_pre_grad):
+    from . import compile_fx
+
+    infos = _cache_infos(include_pre_grad)
+    if compile_fx.fx_compile_mode == compile_fx.FxCompileMode.SUBPROCESS:
+        # the compile subprocess runs no custom pass, registered or assigned:
+        # an entry keyed with them would later serve a graph compiled without
+        for stage, stage_infos in infos:
+            for info in stage_infos:
+                counters["inductor"]["custom_pass_cache_bypass"] += 1
+                return (
+                    f"custom pass {info.name} at {stage.value}: subprocess "
+                    "compiles do not run custom passes"
+                )
+    for stage, stage_infos in infos:
         for info in stage_infos:
             if info.uuid is not None:
                 continue
