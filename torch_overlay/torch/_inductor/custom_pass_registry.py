@@ -108,7 +108,13 @@ class CustomPassInfo:
 
 
 class CustomPassHandle:
-    """Removes its pass (idempotent); as a context manager, on exit."""
+    """Removes its pass (idempotent); as a context manager, on exit.
+
+    A scope must cover every compile it is meant for, the backward's too: that
+    compiles lazily, at the first ``.backward()``, from the registrations of
+    that moment (as ``config.patch`` does), while the AOTAutograd cache key
+    was made at the forward's.  The registry is process-global: a scope in one
+    thread is seen by compiles in the others."""
 
     def __init__(self, stage: CustomPassStage, name: str, seq: int) -> None:
         self.stage = stage
