@@ -50,6 +50,9 @@ saved and the forward site stays stock (``cat_linear_cat_users``).
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_workloads_gpu.py --tunings max_autotune --out $OUT/wl_mat.json
     python benchmarks/cat_linear_workloads_gpu.py --device cpu --small --out /tmp/wl.json   # dry run
     python benchmarks/cat_linear_workloads_gpu.py --device cpu --small --form view --out /tmp/wl.json
+
+Experiment knob: ``CAT_LINEAR_ONE_LOOP_FIRST=BM,BN,BK,warps,stages`` puts that config first in the
+default mode's one-loop table of its BLOCK_K, in every worker.
 """
 
 import argparse
@@ -237,6 +240,14 @@ def worker(a):
     del m32
     model = model.to(dtype)
     eager = make_step(model, model, dtype, inputs, gouts, train, input_grad)()
+    if os.environ.get("CAT_LINEAR_ONE_LOOP_FIRST"):
+        # experiment: this one-loop config (BLOCK_M,BLOCK_N,BLOCK_K,warps,stages) first in
+        # the default mode's table of its BLOCK_K (cat_linear_stages_probe_gpu.py)
+        from torch._inductor.kernel import cat_linear as kc
+
+        first = tuple(int(v) for v in os.environ["CAT_LINEAR_ONE_LOOP_FIRST"].split(","))
+        table = kc._ONE_LOOP_CONFIGS[first[2]]
+        kc._ONE_LOOP_CONFIGS[first[2]] = [first, *(c for c in table if c != first)]
     res = {"workload": a.workload, "mode": a.mode, "tuning": a.tuning, "variant": a.variant,
            "desc": desc, "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__, "form": a.form,
            "machine": torch.cuda.get_device_name() if cuda else f"cpu x{os.cpu_count()}"}  # fmt: skip
