@@ -70,7 +70,7 @@ LOOPS_MAX_STAGES = 3
 # that fits the shared memory.
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 _ONE_LOOP_CONFIGS = {
-    64: [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
+    64: [(128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
     32: [(128, 128, 32, 4, 4), (64, 128, 32, 4, 4)],
 }
 _ONE_LOOP_NARROW_CONFIGS = {
