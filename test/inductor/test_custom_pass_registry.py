@@ -581,8 +581,9 @@ class CustomPassRegistryTest(TestCase):
                 cpr.list_custom_passes()
 
     def test_custom_pass_registry_subprocess_compile_bypasses_cache(self):
-        # A subprocess compile runs no custom pass, so its graph must not be
-        # cached under a key that names one (registered or assigned).
+        # A subprocess compile runs no post-grad pass, so its graph must not be
+        # cached under a key that names one (registered or assigned); a joint
+        # pass runs before the compile is handed over.
         from torch._inductor import compile_fx
 
         with self.register(
@@ -600,6 +601,10 @@ class CustomPassRegistryTest(TestCase):
             self.assertIsNone(cpr.custom_pass_cache_bypass_reason(True))
             with inductor_config.patch(post_grad_custom_pre_pass=SinToCos([])):
                 reason = cpr.custom_pass_cache_bypass_reason(True)
+            with self.register(
+                "joint_custom_pre_pass", RecordingPass("j", []), name="lib.j"
+            ):
+                self.assertIsNone(cpr.custom_pass_cache_bypass_reason(True))
         self.assertRegex(reason, "SinToCos.*subprocess")
 
     def test_custom_pass_registry_cache_details_order_and_uuid(self):

@@ -20,9 +20,10 @@ here run next to the assigned ones::
 * Registrations are process-global, not config: pass objects are stateful,
   while config values must pickle and feed the cache key.  So
   ``config.patch``, ``save_config``/``load_config`` and ``get_config_copy``
-  are unaffected, and, as for assigned passes, subprocess compiles
-  (``fx_compile_mode=subprocess``) do not run them: such a compile with any
-  custom pass bypasses the FX graph cache.
+  are unaffected, and, as for assigned passes, a subprocess compile
+  (``fx_compile_mode=subprocess``) does not run the post-grad and scheduler
+  stages' passes: there a compile with such a pass bypasses the FX graph
+  cache.
 * Run order: the assigned passes (one callable, a list or a tuple), then the
   registered ones in registration order, moved by ``before=``/``after=``
   names (names that are not registered are ignored; cycles and duplicate
@@ -357,6 +358,13 @@ def _cache_stages(include_pre_grad: bool) -> list[CustomPassStage]:
     ]
 
 
+# Stages that run inside the compile a subprocess compile hands to its worker.
+_SUBPROCESS_SKIPPED = (
+    CustomPassStage.POST_GRAD_PRE,
+    CustomPassStage.POST_GRAD_POST,
+    CustomPassStage.PRE_FUSION,
+    CustomPassStage.POST_FUSION,
+)
 _CacheInfos = tuple[tuple[CustomPassStage, tuple[CustomPassInfo, ...]], ...]
 
 
@@ -374,15 +382,22 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
 
     infos = _cache_infos(include_pre_grad)
     if compile_fx.fx_compile_mode == compile_fx.FxCompileMode.SUBPROCESS:
-        # the compile subprocess runs no custom pass, registered or assigned:
-        # an entry keyed with them would later serve a graph compiled without
-        for stage, stage_infos in infos:
-            for info in stage_infos:
-                counters["inductor"]["custom_pass_cache_bypass"] += 1
-                return (
-                    f"custom pass {info.name} at {stage.value}: subprocess "
-                    "compiles do not run custom passes"
-                )
+        # the compile subprocess runs no post-grad or scheduler pass, registered
+        # or assigned: an entry keyed with one would later serve a graph
+        # compiled without it
+        skipped = [
+            (stage, info)
+            for stage, stage_infos in infos
+            if stage in _SUBPROCESS_SKIPPED
+            for info in stage_infos
+        ]
+        if skipped:
+            stage, info = skipped[0]
+            counters["inductor"]["custom_pass_cache_bypass"] += 1
+            return (
+                f"custom pass {info.name} at {stage.value}: a subprocess compile "
+                "does not run it"
+            )
     for stage, stage_infos in infos:
         for info in stage_infos:
             if info.uuid is not None:
