@@ -353,9 +353,9 @@ def _rows_hint(linears: list[_Da8w4Linear]) -> int:
 
 
 def _split_copy_bytes(linears: list[_Da8w4Linear], rows: int) -> int:
-    """Bytes the fused group would copy: split outputs that are strided views
-    and have a consumer that cannot read a strided view (graph outputs, say)
-    get one contiguous clone each, of ``rows`` (``_rows_hint``) rows."""
+    """Bytes the fused group would copy: split outputs with a consumer that
+    cannot read a view of the fused output (graph outputs, say) get one
+    contiguous clone each, of ``rows`` (``_rows_hint``) rows."""
     act_val = linears[0].args["input"].meta["val"]
     fake_mode = detect_fake_mode([act_val])
     assert fake_mode is not None
