@@ -7,8 +7,9 @@ default mode's one-loop table (``kernel/cat_linear.py``'s ``_ONE_LOOP_CONFIGS``,
 and stock (no ``cat_linear``) beside them.  Each compile's code is checked to hold the template in
 the one-loop layout (``ONE_LOOP``; a config that does not fit falls back to the table's next entry
 or the per-piece loops, and is reported so).  Device time per call (``device_time.kernel_time_us``,
-20 calls), ``--reps`` interleaved rounds, median and spread; the ratio to stock and to the table's
-first entry (what the default mode takes today).  Sizes are the sweep's whole-tile sites and
+20 calls), ``--reps`` interleaved rounds, median and spread; the ratio to stock and to the first
+config of ``WIDE``/``NARROW`` (4 stages: the table's first entry until 08b95d8, which this probe moved
+to 3 stages for the wide table).  Sizes are the sweep's whole-tile sites and
 EdgeConv's two layers at 2M edges (in training the template reads both pieces from memory there).
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_stages_probe_gpu.py --reps 3 --out $OUT/stages.json
@@ -47,7 +48,8 @@ SHAPES = [  # (M, piece widths, N)
     (512 << 10, (256, 256), 96),
     (1 << 20, (128, 100), 64),
 ]
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); the first of each is the table's today
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); the first of each is the ratio's base (the
+# table's first entry when the probe was written)
 WIDE = [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 8, 2), (64, 128, 64, 4, 3)]
 NARROW = [(128, 64, 64, 4, 4), (128, 64, 64, 4, 3), (128, 64, 64, 4, 2), (64, 64, 64, 4, 3)]
 
