@@ -368,9 +368,19 @@ def render(results: list[Result], header: str) -> str:
 
 def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_run: bool, workers: int,
              timeout: int, budget: int, python: str = sys.executable, all_tests: bool = False) -> int:
+    """Run the suites; the scratch directory (wheels' site, upstream's test tree, logs without --out) is removed
+    however the run ends."""
+    work = Path(tempfile.mkdtemp(prefix="patchset-gpu-test-"))
+    try:
+        return _gpu_test(work, wheels, upstream, out, dry_run, workers, timeout, budget, python, all_tests)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path | None, dry_run: bool, workers: int,
+              timeout: int, budget: int, python: str, all_tests: bool) -> int:
     t0 = time.monotonic()
     os.environ.update(MULTICAST_OFF)
-    work = Path(tempfile.mkdtemp(prefix="patchset-gpu-test-"))
     logdir = out or work / "out"
     logdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **MULTICAST_OFF, "PYTHONUNBUFFERED": "1"}
@@ -448,8 +458,6 @@ def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_r
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan))) as pool:
         futures = [pool.submit(run, i, s) for i, s in enumerate(plan, 1)]
         results += [r for f in futures for r in f.result()]
-    if out is None and not dry_run:
-        shutil.rmtree(work, ignore_errors=True)
     return _finish(results, header, out, 1 if any(r.status == "FAILED" for r in results) else 0)
 
 

@@ -7,11 +7,11 @@ flags and, per case, whether it matched."""
 import json
 import os
 import sys
-import tempfile
 
 import torch
 
 import torchao_port_plugin
+from _torchao_pr import scratch_dir
 from _da8w4_reference import make_activation, make_weight, reference_linear, SHAPES, unpack_weight
 
 
@@ -36,7 +36,7 @@ def scalar_only_copy(build: str) -> str:
 
 def main() -> None:
     scalar_only = "--scalar-only" in sys.argv
-    build = os.environ.get("TORCHAO_PORT_BUILD_DIR") or tempfile.mkdtemp(prefix="torchao-port-")
+    build = os.environ.get("TORCHAO_PORT_BUILD_DIR") or str(scratch_dir("torchao-port-"))
     no_isa = os.environ.get("TORCHAO_PORT_ISA_FLAGS") == "0"
     build = os.path.join(build, ("scalar_only" if scalar_only else "as_is") + ("_no_isa_flags" if no_isa else ""))
     os.makedirs(build, exist_ok=True)

@@ -28,6 +28,13 @@ DIFF = (
 )
 
 
+def scratch_dir(prefix: str) -> pathlib.Path:
+    """A new temporary directory, removed when this process exits."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def use_patched_torchao() -> pathlib.Path:
     """The directory that now provides ``import torchao``: the installed package with
     ``DIFF`` applied."""
@@ -36,8 +43,7 @@ def use_patched_torchao() -> pathlib.Path:
     spec = importlib.util.find_spec("torchao")
     if spec is None or spec.origin is None:
         raise RuntimeError("torchao is not installed")
-    root = pathlib.Path(tempfile.mkdtemp(prefix="torchao-pr-"))
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    root = scratch_dir("torchao-pr-")
     shutil.copytree(
         pathlib.Path(spec.origin).parent,
         root / "torchao",

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -28,16 +29,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_worker(*args: str, isa_flags: bool = True) -> dict:
+    """The worker's results; it builds in ``TORCHAO_PORT_BUILD_DIR`` where set (kept), else in a
+    temporary directory removed after it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
     env["TORCHAO_PORT_ISA_FLAGS"] = "1" if isa_flags else "0"
     env.pop("DA8W4_LINEAR_CPU_LIB", None)  # the worker loads the port, never our library
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "_torchao_port_worker.py"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    with tempfile.TemporaryDirectory(prefix="torchao-port-") as build:
+        env.setdefault("TORCHAO_PORT_BUILD_DIR", build)
+        out = subprocess.run(
+            [sys.executable, os.path.join(HERE, "_torchao_port_worker.py"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     if out.returncode != 0:
         raise AssertionError(f"worker {args} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

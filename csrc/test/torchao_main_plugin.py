@@ -23,11 +23,10 @@ import os
 import pathlib
 import subprocess
 import sysconfig
-import tempfile
 
 import torch
 import torch.utils.cpp_extension
-from _torchao_pr import same_in_children, use_patched_torchao
+from _torchao_pr import same_in_children, scratch_dir, use_patched_torchao
 from torchao_port_plugin import cpu_flags, define_schemas
 
 
@@ -88,7 +87,7 @@ def build_and_load(build: str | None = None, krnl: pathlib.Path = KRNL) -> str:
     out = pathlib.Path(
         build
         or os.environ.get("TORCHAO_MAIN_BUILD_DIR")
-        or tempfile.mkdtemp(prefix="torchao-main-")
+        or scratch_dir("torchao-main-")
     )
     out.mkdir(parents=True, exist_ok=True)
     lines = compile_lines(src, out, krnl)

@@ -20,11 +20,10 @@ is not loaded: the tests exercise the PR alone.
 
 import os
 import pathlib
-import tempfile
 
 import torch
 import torch.utils.cpp_extension
-from _torchao_pr import same_in_children, use_patched_torchao
+from _torchao_pr import same_in_children, scratch_dir, use_patched_torchao
 
 
 PORT = (
@@ -90,7 +89,7 @@ def build_and_load(build: str | None = None, source: str | None = None) -> str:
     build = (
         build
         or os.environ.get("TORCHAO_PORT_BUILD_DIR")
-        or tempfile.mkdtemp(prefix="torchao-port-")
+        or scratch_dir("torchao-port-")
     )
     os.makedirs(build, exist_ok=True)
     flags = torchao_cpu_flags()

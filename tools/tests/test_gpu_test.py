@@ -216,6 +216,25 @@ def test_a_torch_without_a_series_is_refused(monkeypatch, tmp_path):
         gt.gpu_test(None, None, None, dry_run=False, workers=1, timeout=60, budget=60)
 
 
+@pytest.mark.parametrize("how", ["out", "dry_run", "refused"])
+def test_the_scratch_directory_is_removed_however_the_run_ends(monkeypatch, tmp_path, how):
+    import tempfile
+
+    _fake_machine(monkeypatch, tmp_path, gpus=1, **({"torch_version": "2.12.0+cu130"} if how == "refused" else {}))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    out = tmp_path / "out"
+    out.mkdir()
+    if how == "refused":
+        with pytest.raises(gt.PatchsetError):
+            gt.gpu_test(None, None, out, dry_run=False, workers=1, timeout=60, budget=60)
+    else:
+        gt.gpu_test(None, tmp_path, out, dry_run=how == "dry_run", workers=1, timeout=120, budget=300)
+        assert (out / "gpu-test-summary.txt").is_file()
+    assert list(scratch.iterdir()) == []
+
+
 def test_gpu_test_is_a_subcommand():
     from tools.tests import faketorch as ft
 
