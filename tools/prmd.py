@@ -15,6 +15,7 @@ upstream test hunks) and every file exported to another repository.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from pathlib import Path
@@ -67,10 +68,16 @@ class ForkPaths:
             token = m.group(1).rstrip(".,:;)").rstrip("/")
             if token in self.paths or token.split("/", 1)[0] in {"torch_overlay", "shared"}:
                 out.append(f"`{token}` exists only in this repo")
-        for name in self.names:
-            if re.search(rf"(?<![\w/.-]){re.escape(name)}(?![\w/-]|\.\w)", line):
-                out.append(f"`{name}` is a file of this repo only")
+        for name in dict.fromkeys(m.group(1) for m in self._names_re.finditer(line)):
+            out.append(f"`{name}` is a file of this repo only")
         return out
+
+    @functools.cached_property
+    def _names_re(self) -> re.Pattern[str]:
+        """Any of ``names`` as a whole name (not inside a path or a longer name), longest first; one pattern, not
+        one per name: a PR's thousands of lines against hundreds of names would overflow ``re``'s cache."""
+        alternatives = "|".join(re.escape(n) for n in sorted(self.names, key=lambda n: (-len(n), n)))
+        return re.compile(rf"(?<![\w/.-])(?=({alternatives or '(?!)'})(?![\w/-]|\.\w))")
 
 
 def older_releases_re(bases: tuple[str, ...], base: str) -> re.Pattern[str] | None:
