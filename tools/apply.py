@@ -134,8 +134,23 @@ def scratch_worktree(checkout: Path, commit: str, paths: list[str], env: dict):
     common = common if common.is_absolute() else (checkout / common).resolve()
     had_worktrees = (common / "worktrees").exists()
     tmp = wt = admin = None
+
+    def remove() -> None:
+        if wt is not None:
+            r = gitutil.git("worktree", "remove", "--force", "--force", wt, cwd=checkout, env=env, check=False)
+            if not r.ok:
+                if admin is not None:
+                    shutil.rmtree(admin, ignore_errors=True)
+                gitutil.git("worktree", "prune", cwd=checkout, env=env, check=False)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not had_worktrees:
+            with contextlib.suppress(OSError):
+                (common / "worktrees").rmdir()
+
     try:
-        with interrupt.deferred():  # made whole or not at all, so that the cleanup below knows what to remove
+        with interrupt.deferred():  # made whole or not at all, so that remove() knows what to remove
+            interrupt.on_interrupt(remove)  # in case a signal pre-empts the finally below
             tmp = Path(tempfile.mkdtemp(prefix="patchset-apply-"))
             wt = tmp / "worktree"
             gitutil.git("-c", "core.hooksPath=/dev/null", "worktree", "add", "--no-checkout", "--detach", wt, commit,
@@ -148,17 +163,8 @@ def scratch_worktree(checkout: Path, commit: str, paths: list[str], env: dict):
         yield wt, wenv
     finally:
         with interrupt.deferred():  # a second Ctrl-C does not cut the cleanup short
-            if wt is not None:
-                r = gitutil.git("worktree", "remove", "--force", "--force", wt, cwd=checkout, env=env, check=False)
-                if not r.ok:
-                    if admin is not None:
-                        shutil.rmtree(admin, ignore_errors=True)
-                    gitutil.git("worktree", "prune", cwd=checkout, env=env, check=False)
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            if not had_worktrees:
-                with contextlib.suppress(OSError):
-                    (common / "worktrees").rmdir()
+            remove()
+            interrupt.done(remove)
 
 
 def _fast_forward(checkout: Path, orig: str, new: str, env: dict, msg: str) -> None:

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None, prog: str | None = None, exiting: bool =
             return 2
         except KeyboardInterrupt as e:  # interrupt.Interrupted, or a KeyboardInterrupt raised by other code
             interrupt.commit_point()
+            interrupt.run_cleanups()
             # before the subcommand started nothing can have changed either
             print(interrupt.MESSAGE if atomic or not started else "interrupted", file=sys.stderr)
             return 128 + getattr(e, "signum", signal.SIGINT)

@@ -13,6 +13,9 @@ How (``tools.cli`` calls ``guard()`` for those commands):
 * Every git child is started with SIGINT and SIGTERM blocked (``blocked_for_child()``; the mask is inherited across
   ``exec``), so a terminal's Ctrl-C or ``timeout``/``kill`` of the process group never kills git half-way through
   writing a file or the index; the parent decides, after git is done.
+* A scratch resource (apply's worktree) is also registered with ``on_interrupt()``: a signal that lands just
+  before its ``finally`` enters ``deferred()`` pre-empts that cleanup, and the command's end (``run_cleanups()``,
+  before the line is printed) runs it instead.
 * Once a command passes its commit point (``commit_point()``), later signals are ignored: what is left is printing
   the result of a change that is complete.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_CODE = 130
@@ -50,6 +54,7 @@ class _State:
     pending: int | None = None  # a signal that came while deferred
     committed = False  # past the commit point: signals are ignored
     steps = 0  # test hook: steps seen so far
+    cleanups: list[Callable[[], None]] = []  # on_interrupt(): to run if the command ends before they are done
 
 
 _s = _State()
@@ -72,11 +77,13 @@ def guard(exiting: bool = False):
     next, so signals stay ignored: one that comes after the result was printed does not change the exit status)."""
     old = {s: signal.getsignal(s) for s in SIGNALS}
     _s.active, _s.depth, _s.pending, _s.committed, _s.steps = True, 0, None, False, 0
+    _s.cleanups = []
     for s in SIGNALS:
         signal.signal(s, _handler)
     try:
         yield
     finally:
+        run_cleanups()
         for s, h in old.items():
             signal.signal(s, signal.SIG_IGN if exiting else h)
         _s.active = False
@@ -113,6 +120,30 @@ def deferred():
         _s.depth -= 1
     if _s.depth == 0:
         check()
+
+
+def on_interrupt(cleanup: Callable[[], None]) -> None:
+    """Have ``cleanup`` run when the command ends before ``done(cleanup)``. For a scratch resource whose own
+    ``finally`` a signal can pre-empt: the handler runs between two bytecodes, so one can land after the ``with``
+    body and before that ``finally`` enters ``deferred()``. ``cleanup`` must be safe to run twice."""
+    if _s.active:
+        _s.cleanups.append(cleanup)
+
+
+def done(cleanup: Callable[[], None]) -> None:
+    """``cleanup`` ran in its own ``finally``; the command's end need not run it."""
+    with contextlib.suppress(ValueError):
+        _s.cleanups.remove(cleanup)
+
+
+def run_cleanups() -> None:
+    """Run what ``on_interrupt`` registered and is not done, newest first, with signals ignored meanwhile."""
+    committed, _s.committed = _s.committed, True
+    try:
+        while _s.cleanups:
+            _s.cleanups.pop()()
+    finally:
+        _s.committed = committed
 
 
 def commit_point() -> None:

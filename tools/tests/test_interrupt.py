@@ -252,3 +252,46 @@ def test_wheel_out_interrupted_at_every_step(tmp_path):
         _assert_interrupted(rc, err, f"{sig.name} at step {n}")
         assert not (tmp_path / "dist").exists(), f"step {n}: {list((tmp_path / 'dist').rglob('*'))}"
     assert n > 1
+
+
+def test_a_signal_that_pre_empts_the_worktree_cleanup_leaves_no_scratch(tmp_path, monkeypatch):
+    """The signal handler runs between two bytecodes, so a signal can land after apply's scratch worktree is used
+    and before its ``finally`` enters ``deferred()`` (seen once in CI, SIGTERM after 0.162 s). Simulated exactly: the
+    ``deferred()`` of that ``finally`` raises as such a signal would; the command's end removes the worktree."""
+    import contextlib
+    import tempfile
+
+    from tools import apply, interrupt
+
+    co = tmp_path / "co"
+    co.mkdir()
+    git(co, "init", "-q")
+    (co / "a.txt").write_text("a\n")
+    git(co, "add", "a.txt")
+    git(co, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    real, armed = interrupt.deferred, []
+
+    @contextlib.contextmanager
+    def pre_empted():
+        if armed:  # the first after the body is the finally's: the signal lands before it is entered
+            armed.clear()
+            raise interrupt.Interrupted(signal.SIGTERM)
+        with real():
+            yield
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    head = git(co, "rev-parse", "HEAD").strip()
+    with interrupt.guard():
+        monkeypatch.setattr(interrupt, "deferred", pre_empted)
+        with pytest.raises(interrupt.Interrupted):
+            with apply.scratch_worktree(co, head, ["a.txt"], env) as (wt, _):
+                assert (wt / "a.txt").read_text() == "a\n" and list(scratch.iterdir())
+                armed.append(True)
+        assert list(scratch.iterdir()) != []  # the finally was cut short ...
+        monkeypatch.setattr(interrupt, "deferred", real)
+    assert list(scratch.iterdir()) == []  # ... and the command's end removed it
+    assert not (co / ".git" / "worktrees").exists()
+    assert git(co, "worktree", "list").count("\n") == 1
