@@ -8,6 +8,10 @@ a D2RL/DenseNet-style MLP trunk that concatenates the raw embeddings back in at 
 layer (``linear(cat([h, text, image, audio]))``), and read by two task heads on
 ``cat([h, pairs...])``: 3 + 1 + depth + 2 = 12 ``F.linear(torch.cat(parts, -1), W, b)``
 sites, pieces 96 to 1024 wide, made by ``gelu``/``relu`` or taken from graph inputs.
+``--encoders L`` puts the head on a whole model: text and image transformer encoders
+of ``L`` pre-norm layers each over ``--tokens`` tokens a sample, mean-pooled into the
+head's text and image embeddings (the same 12 sites; the compile of the encoders is
+what a real model's compile is mostly made of).
 
 Each measurement is a fresh process (this script with ``--worker``) with empty
 TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.  It runs the step eagerly (fp32 and
@@ -86,6 +90,38 @@ class FusionHead(nn.Module):
 
 
 
+class EncoderLayer(nn.Module):
+    """A pre-norm transformer layer (attention, then a gelu MLP); no cat."""
+
+    def __init__(self, d, heads=8):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.out(a)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class EncodedFusionHead(nn.Module):
+    """``FusionHead`` on text and image encoders of ``layers`` layers each."""
+
+    def __init__(self, layers, d_text, d_image, *rest):
+        super().__init__()
+        self.text = nn.Sequential(*(EncoderLayer(d_text) for _ in range(layers)))
+        self.image = nn.Sequential(*(EncoderLayer(d_image) for _ in range(layers)))
+        self.head = FusionHead(d_text, d_image, *rest)
+        self.n_sites = self.head.n_sites
+
+    def forward(self, text_tokens, image_tokens, audio):
+        return self.head(self.text(text_tokens).mean(1), self.image(image_tokens).mean(1), audio)
+
+
 class SiteDecisions(logging.Handler):
     """The fusion's per-site verdicts (its DEBUG log: "cat_linear: ... as FORM" and
     every "skipping cat_linear: ..." reason), so a run says which of the model's
@@ -114,8 +150,13 @@ def worker(args):
     B, d_text, d_image, d_audio, *rest = SIZES["small" if args.small else "full"]
     B = args.batch or B
     torch.manual_seed(0)
-    model = FusionHead(d_text, d_image, d_audio, *rest).to(args.device, dtype)
-    xs = [torch.randn(B, k, device=args.device) for k in (d_text, d_image, d_audio)]
+    if args.encoders:
+        model = EncodedFusionHead(args.encoders, d_text, d_image, d_audio, *rest).to(args.device, dtype)
+        shapes = [(B, args.tokens, d_text), (B, args.tokens, d_image), (B, d_audio)]
+    else:
+        model = FusionHead(d_text, d_image, d_audio, *rest).to(args.device, dtype)
+        shapes = [(B, k) for k in (d_text, d_image, d_audio)]
+    xs = [torch.randn(*shape, device=args.device) for shape in shapes]
     gouts = [torch.randn(B, n, device=args.device) for n in rest[-1]]
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
@@ -347,7 +388,8 @@ def run_worker(args, mode, variant):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode,
                "--variant", "patched" if variant == "patched" else "stock", "--result", result,
                "--device", args.device, "--dtype", args.dtype, "--rounds", str(args.rounds),
-               "--batch", str(args.batch)] + (["--small"] if args.small else [])  # fmt: skip
+               "--batch", str(args.batch), "--encoders", str(args.encoders), "--tokens", str(args.tokens),
+               ] + (["--small"] if args.small else [])  # fmt: skip
         if args.max_autotune:
             cmd.append("--max-autotune")
         if args.profile_pass:
@@ -425,7 +467,10 @@ def markdown(meta, rows):
 
     out = [
         f"{meta['machine']}, torch {meta['torch']}, {meta['dtype']}, batch {meta['batch']}, "
-        f"{rows[0]['sites']} cat+linear sites. Compile: cold caches, one process each, median "
+        f"{rows[0]['sites']} cat+linear sites"
+        + (f" on text and image encoders of {meta['encoders']} layers, {meta['tokens']} tokens a sample"
+           if meta.get("encoders") else " (the head alone)")
+        + ". Compile: cold caches, one process each, median "
         f"(spread){', compile workers ready first' if meta.get('ready_pool') else ''}. "
         "Step: median over processes. Error: max |x - fp32| / max |fp32|.",
         "",
@@ -492,6 +537,9 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--small", action="store_true", help="small sizes (CPU dry run)")
     ap.add_argument("--batch", type=int, default=0, help="rows (0: the size's default)")
+    ap.add_argument("--encoders", type=int, default=0,
+                    help="layers of the text and image encoders under the head (0: the head alone)")
+    ap.add_argument("--tokens", type=int, default=16, help="tokens a sample, with --encoders")
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round that would end later")
     ap.add_argument("--worker-timeout-s", type=float, default=180.0)
     ap.add_argument("--max-autotune", action="store_true", help="both variants under max_autotune")
@@ -541,7 +589,8 @@ def main(argv=None):
                 for line in r["decisions"]:
                     print(f"    {line}", flush=True)
     rows = [summarize(m, runs[m]) for m in args.modes if runs[m]["stock"] and runs[m]["patched"]]
-    meta.update(dtype=args.dtype, small=args.small, ready_pool=args.ready_pool,
+    meta.update(dtype=args.dtype, small=args.small, ready_pool=args.ready_pool, encoders=args.encoders,
+                tokens=args.tokens if args.encoders else None,
                 wall_s=round(time.perf_counter() - start, 1))
     print("\n" + (markdown(meta, rows) if rows else "no mode has both a stock and a patched run"),
           flush=True)  # fmt: skip
