@@ -385,19 +385,13 @@ def custom_pass_cache_bypass_reason(include_pre_grad: bool) -> str | None:
         # the compile subprocess runs no post-grad or scheduler pass, registered
         # or assigned: an entry keyed with one would later serve a graph
         # compiled without it
-        skipped = [
-            (stage, info)
-            for stage, stage_infos in infos
-            if stage in _SUBPROCESS_SKIPPED
-            for info in stage_infos
-        ]
-        if skipped:
-            stage, info = skipped[0]
-            counters["inductor"]["custom_pass_cache_bypass"] += 1
-            return (
-                f"custom pass {info.name} at {stage.value}: a subprocess compile "
-                "does not run it"
-            )
+        for stage, stage_infos in infos:
+            if stage in _SUBPROCESS_SKIPPED and stage_infos:
+                counters["inductor"]["custom_pass_cache_bypass"] += 1
+                return (
+                    f"custom pass {stage_infos[0].name} at {stage.value}: a "
+                    "subprocess compile does not run it"
+                )
     for stage, stage_infos in infos:
         for info in stage_infos:
             if info.uuid is not None:
