@@ -10,6 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tools import interrupt
+
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -62,12 +64,17 @@ def staged_dir(dest: Path) -> Path:
     return tmp
 
 
+def _aside(staged: Path, dest: Path) -> Path:
+    """Where ``swap_in`` moves the old ``dest`` while it puts ``staged`` there."""
+    return dest.with_name(f".{dest.name}.old-{staged.name.rsplit('-', 1)[-1]}")
+
+
 def swap_in(staged: Path, dest: Path) -> None:
     """Put the complete ``staged`` directory at ``dest``; the old ``dest`` (if any) goes only once the new one
     is in place, so a failure before this call leaves ``dest`` as it was."""
     old = None
     if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{staged.name.rsplit('-', 1)[-1]}")
+        old = _aside(staged, dest)
         dest.rename(old)
     staged.rename(dest)
     if old:
@@ -77,14 +84,28 @@ def swap_in(staged: Path, dest: Path) -> None:
 @contextlib.contextmanager
 def replacing_dir(dest: Path):
     """``with replacing_dir(d) as tmp:`` fill ``tmp``; on normal exit it replaces ``d`` whole, on an exception
-    ``d`` is untouched and ``tmp`` is removed."""
+    ``d`` is as it was and ``tmp`` is removed. An interrupt anywhere, between the swap's two renames or in this
+    ``finally`` too, leaves ``d`` whole (the old one put back if the swap had moved it aside) and nothing staged
+    beside it: the command's end settles what the ``finally`` could not (``interrupt.on_interrupt``)."""
     tmp = staged_dir(dest)
+
+    def settle() -> None:
+        old = _aside(tmp, dest)
+        if old.exists():
+            if dest.exists():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.rename(dest)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    interrupt.on_interrupt(settle)
     try:
         yield tmp
         swap_in(tmp, dest)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        settle()
+        interrupt.done(settle)
 
 
 class FileSnapshot:

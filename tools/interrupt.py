@@ -13,9 +13,10 @@ How (``tools.cli`` calls ``guard()`` for those commands):
 * Every git child is started with SIGINT and SIGTERM blocked (``blocked_for_child()``; the mask is inherited across
   ``exec``), so a terminal's Ctrl-C or ``timeout``/``kill`` of the process group never kills git half-way through
   writing a file or the index; the parent decides, after git is done.
-* A scratch resource (apply's worktree) is also registered with ``on_interrupt()``: a signal that lands just
-  before its ``finally`` enters ``deferred()`` pre-empts that cleanup, and the command's end (``run_cleanups()``,
-  before the line is printed) runs it instead.
+* A scratch resource (apply's worktree; the staged directory of ``fsutil.replacing_dir``, in every command) is
+  also registered with ``on_interrupt()``: a signal that lands just before its ``finally`` enters ``deferred()``
+  (or, in a command that is not atomic, one that cuts that ``finally`` short) pre-empts that cleanup, and the
+  command's end (``run_cleanups()``, before the line is printed) runs it instead.
 * Once a command passes its commit point (``commit_point()``), later signals are ignored: what is left is printing
   the result of a change that is complete.
 
@@ -49,7 +50,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _State:
-    active = False  # guard() installed the handlers
+    active = False  # guard() installed the handlers, and the command is atomic (not loosen()ed)
+    guarded = False  # inside guard(), atomic or not
     depth = 0  # nesting of deferred()
     pending: int | None = None  # a signal that came while deferred
     committed = False  # past the commit point: signals are ignored
@@ -77,7 +79,7 @@ def guard(exiting: bool = False):
     next, so signals stay ignored: one that comes after the result was printed does not change the exit status)."""
     old = {s: signal.getsignal(s) for s in SIGNALS}
     _s.active, _s.depth, _s.pending, _s.committed, _s.steps = True, 0, None, False, 0
-    _s.cleanups = []
+    _s.cleanups, _s.guarded = [], True
     for s in SIGNALS:
         signal.signal(s, _handler)
     try:
@@ -86,7 +88,7 @@ def guard(exiting: bool = False):
         run_cleanups()
         for s, h in old.items():
             signal.signal(s, signal.SIG_IGN if exiting else h)
-        _s.active = False
+        _s.active = _s.guarded = False
 
 
 def loosen() -> None:
@@ -126,7 +128,7 @@ def on_interrupt(cleanup: Callable[[], None]) -> None:
     """Have ``cleanup`` run when the command ends before ``done(cleanup)``. For a scratch resource whose own
     ``finally`` a signal can pre-empt: the handler runs between two bytecodes, so one can land after the ``with``
     body and before that ``finally`` enters ``deferred()``. ``cleanup`` must be safe to run twice."""
-    if _s.active:
+    if _s.guarded:
         _s.cleanups.append(cleanup)
 
 

@@ -295,3 +295,46 @@ def test_a_signal_that_pre_empts_the_worktree_cleanup_leaves_no_scratch(tmp_path
     assert list(scratch.iterdir()) == []  # ... and the command's end removed it
     assert not (co / ".git" / "worktrees").exists()
     assert git(co, "worktree", "list").count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["between_the_renames", "in_the_finally"])
+def test_an_interrupt_in_replacing_dir_leaves_the_old_tree_whole_and_nothing_staged(tmp_path, monkeypatch, where):
+    """``bases`` and ``export-pr`` write their output through ``fsutil.replacing_dir``, in a command that is not
+    atomic (a signal raises at once). ``between_the_renames``: the signal lands after the swap moved the old tree
+    aside and before the new one is in place; ``in_the_finally``: a second signal cuts the removal of the staged
+    tree short. Either way the output is the old tree, whole, with nothing staged or moved aside beside it."""
+    import shutil as shutil_mod
+    from pathlib import Path as PathT
+
+    from tools import fsutil, interrupt
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old\n")
+    real_rename, real_rmtree, fired = PathT.rename, shutil_mod.rmtree, []
+
+    def rename(self, target):
+        if where == "between_the_renames" and self.name == "out" and not fired:
+            real_rename(self, target)  # the old tree moved aside ...
+            fired.append(True)
+            raise interrupt.Interrupted(signal.SIGTERM)  # ... and the signal lands before the staged one moves in
+        return real_rename(self, target)
+
+    def rmtree(path, *a, **kw):
+        if where == "in_the_finally" and ".tmp-" in str(path) and not fired:
+            fired.append(True)
+            raise interrupt.Interrupted(signal.SIGINT)  # a second signal, before anything was removed
+        return real_rmtree(path, *a, **kw)
+
+    monkeypatch.setattr(PathT, "rename", rename)
+    monkeypatch.setattr(shutil_mod, "rmtree", rmtree)
+    with interrupt.guard():
+        interrupt.loosen()
+        with pytest.raises(interrupt.Interrupted):
+            with fsutil.replacing_dir(dest) as tmp:
+                (tmp / "new.txt").write_text("new\n")
+                if where == "in_the_finally":
+                    raise interrupt.Interrupted(signal.SIGINT)  # the first signal, while the tree is being filled
+    assert fired
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in dest.iterdir()) == ["old.txt"]
