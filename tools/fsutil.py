@@ -81,6 +81,20 @@ def swap_in(staged: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def settle_swap(staged: Path, dest: Path) -> None:
+    """After ``swap_in(staged, dest)`` ran whole, in part or not at all: ``dest`` whole (the old one put back where
+    the swap had moved it aside and not yet put ``staged`` there), nothing staged or moved aside left beside it.
+    Safe to run twice."""
+    old = _aside(staged, dest)
+    if old.exists():
+        if dest.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.rename(dest)
+    if staged.exists():
+        shutil.rmtree(staged, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def replacing_dir(dest: Path):
     """``with replacing_dir(d) as tmp:`` fill ``tmp``; on normal exit it replaces ``d`` whole, on an exception
@@ -90,14 +104,7 @@ def replacing_dir(dest: Path):
     tmp = staged_dir(dest)
 
     def settle() -> None:
-        old = _aside(tmp, dest)
-        if old.exists():
-            if dest.exists():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.rename(dest)
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        settle_swap(tmp, dest)
 
     interrupt.on_interrupt(settle)
     try:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
 from tools import bases as bases_mod
-from tools import fsutil, gitutil, torchao_kernel
+from tools import fsutil, gitutil, interrupt, torchao_kernel
 from tools.common import PatchMeta, Patchset, PatchsetError, add_subcommand, progress
 from tools.patchapply import find_hunk
 from tools.patchfile import commit_message, parse_patch, patch_date, split_lines
@@ -174,6 +173,12 @@ def generate_base(base: str, ps: Patchset, sources: Sources, cache_dir: Path | N
 def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> None:
     """Replace ``patches_dir/v<base>/`` for each base in ``outputs``: every base staged fully, then swapped in."""
     staged = {}
+
+    def settle() -> None:  # also at the command's end, should an interrupt cut the finally below short
+        for base, d in staged.items():
+            fsutil.settle_swap(d, patches_dir / f"v{base}")
+
+    interrupt.on_interrupt(settle)
     try:
         for base, files in outputs.items():
             staged[base] = d = fsutil.staged_dir(patches_dir / f"v{base}")
@@ -184,9 +189,8 @@ def write_generated(patches_dir: Path, outputs: dict[str, dict[str, bytes]]) -> 
     except OSError as e:
         raise PatchsetError(e.filename or patches_dir, f"cannot write the generated series: {e.strerror or e}") from e
     finally:
-        for d in staged.values():
-            if d.exists():
-                shutil.rmtree(d, ignore_errors=True)
+        settle()
+        interrupt.done(settle)
 
 
 def read_dir(d: Path) -> dict[str, bytes]:

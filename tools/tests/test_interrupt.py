@@ -338,3 +338,33 @@ def test_an_interrupt_in_replacing_dir_leaves_the_old_tree_whole_and_nothing_sta
     assert fired
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert sorted(p.name for p in dest.iterdir()) == ["old.txt"]
+
+
+def test_an_interrupt_in_generate_s_swap_leaves_each_series_whole(tmp_path, monkeypatch):
+    """``generate`` swaps each base's staged series in the same way: a signal between one swap's two renames leaves
+    that base's old series in place, whole, and nothing staged or moved aside."""
+    from pathlib import Path as PathT
+
+    from tools import generate, interrupt
+
+    patches = tmp_path / "patches"
+    for base in ("1.0", "2.0"):
+        (patches / f"v{base}").mkdir(parents=True)
+        (patches / f"v{base}" / "series").write_text("old\n")
+    real_rename, fired = PathT.rename, []
+
+    def rename(self, target):
+        if self.name == "v2.0" and not fired:
+            real_rename(self, target)
+            fired.append(True)
+            raise interrupt.Interrupted(signal.SIGTERM)
+        return real_rename(self, target)
+
+    monkeypatch.setattr(PathT, "rename", rename)
+    with interrupt.guard():
+        interrupt.loosen()
+        with pytest.raises(interrupt.Interrupted):
+            generate.write_generated(patches, {b: {"series": b"new\n"} for b in ("1.0", "2.0")})
+    assert fired and sorted(p.name for p in patches.iterdir()) == ["v1.0", "v2.0"]
+    assert (patches / "v1.0" / "series").read_text() == "new\n"  # swapped in whole before the signal
+    assert (patches / "v2.0" / "series").read_text() == "old\n"  # put back whole
