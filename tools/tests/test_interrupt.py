@@ -297,6 +297,25 @@ def test_a_signal_that_pre_empts_the_worktree_cleanup_leaves_no_scratch(tmp_path
     assert git(co, "worktree", "list").count("\n") == 1
 
 
+def _signal_between_renames(monkeypatch, name: str, fired: list) -> None:
+    """The first ``Path.rename`` of the directory ``name`` (a swap moving the old tree aside) happens, and then a
+    signal lands, before the swap's second rename puts the staged tree in its place."""
+    from pathlib import Path as PathT
+
+    from tools import interrupt
+
+    real_rename = PathT.rename
+
+    def rename(self, target):
+        if self.name == name and not fired:
+            real_rename(self, target)
+            fired.append(True)
+            raise interrupt.Interrupted(signal.SIGTERM)
+        return real_rename(self, target)
+
+    monkeypatch.setattr(PathT, "rename", rename)
+
+
 @pytest.mark.parametrize("where", ["between_the_renames", "in_the_finally"])
 def test_an_interrupt_in_replacing_dir_leaves_the_old_tree_whole_and_nothing_staged(tmp_path, monkeypatch, where):
     """``bases`` and ``export-pr`` write their output through ``fsutil.replacing_dir``, in a command that is not
@@ -304,30 +323,24 @@ def test_an_interrupt_in_replacing_dir_leaves_the_old_tree_whole_and_nothing_sta
     aside and before the new one is in place; ``in_the_finally``: a second signal cuts the removal of the staged
     tree short. Either way the output is the old tree, whole, with nothing staged or moved aside beside it."""
     import shutil as shutil_mod
-    from pathlib import Path as PathT
 
     from tools import fsutil, interrupt
 
     dest = tmp_path / "out"
     dest.mkdir()
     (dest / "old.txt").write_text("old\n")
-    real_rename, real_rmtree, fired = PathT.rename, shutil_mod.rmtree, []
-
-    def rename(self, target):
-        if where == "between_the_renames" and self.name == "out" and not fired:
-            real_rename(self, target)  # the old tree moved aside ...
-            fired.append(True)
-            raise interrupt.Interrupted(signal.SIGTERM)  # ... and the signal lands before the staged one moves in
-        return real_rename(self, target)
+    real_rmtree, fired = shutil_mod.rmtree, []
 
     def rmtree(path, *a, **kw):
-        if where == "in_the_finally" and ".tmp-" in str(path) and not fired:
+        if ".tmp-" in str(path) and not fired:
             fired.append(True)
             raise interrupt.Interrupted(signal.SIGINT)  # a second signal, before anything was removed
         return real_rmtree(path, *a, **kw)
 
-    monkeypatch.setattr(PathT, "rename", rename)
-    monkeypatch.setattr(shutil_mod, "rmtree", rmtree)
+    if where == "between_the_renames":
+        _signal_between_renames(monkeypatch, "out", fired)
+    else:
+        monkeypatch.setattr(shutil_mod, "rmtree", rmtree)
     with interrupt.guard():
         interrupt.loosen()
         with pytest.raises(interrupt.Interrupted):
@@ -343,24 +356,14 @@ def test_an_interrupt_in_replacing_dir_leaves_the_old_tree_whole_and_nothing_sta
 def test_an_interrupt_in_generate_s_swap_leaves_each_series_whole(tmp_path, monkeypatch):
     """``generate`` swaps each base's staged series in the same way: a signal between one swap's two renames leaves
     that base's old series in place, whole, and nothing staged or moved aside."""
-    from pathlib import Path as PathT
-
     from tools import generate, interrupt
 
     patches = tmp_path / "patches"
     for base in ("1.0", "2.0"):
         (patches / f"v{base}").mkdir(parents=True)
         (patches / f"v{base}" / "series").write_text("old\n")
-    real_rename, fired = PathT.rename, []
-
-    def rename(self, target):
-        if self.name == "v2.0" and not fired:
-            real_rename(self, target)
-            fired.append(True)
-            raise interrupt.Interrupted(signal.SIGTERM)
-        return real_rename(self, target)
-
-    monkeypatch.setattr(PathT, "rename", rename)
+    fired: list = []
+    _signal_between_renames(monkeypatch, "v2.0", fired)
     with interrupt.guard():
         interrupt.loosen()
         with pytest.raises(interrupt.Interrupted):
