@@ -112,8 +112,8 @@ def cuda_site(widths, n, rows=8192, produced=None, dtype=torch.bfloat16, **kw):
 
 @contextlib.contextmanager
 def h100_figures():
-    """An H100 SXM's datasheet peaks (dense bf16 compute, DRAM bandwidth)
-    where the decision asks Inductor for the device's figures."""
+    """An H100 SXM's datasheet peaks (dense bf16 compute, DRAM bandwidth) and
+    multiprocessors where the decision asks Inductor for the device's figures."""
     cost.ridge_point.cache_clear()
     with (
         mock.patch("torch.cuda.is_available", return_value=True),
@@ -121,6 +121,7 @@ def h100_figures():
         mock.patch("torch.version.hip", None),
         mock.patch("torch._inductor.utils.get_device_tflops", return_value=989.0),
         mock.patch("torch._inductor.utils.get_gpu_dram_gbps", return_value=3350),
+        mock.patch("torch._inductor.utils.get_num_sms", return_value=132),
     ):
         yield
     cost.ridge_point.cache_clear()
@@ -714,6 +715,23 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(
                 (thin_gain.form, thin_gain.counter), (None, "compute_bound")
             )
+            # a compute-bound GEMM of at most two waves of output tiles runs
+            # at its tiles' latency, in cuBLAS as in the template: decided as a
+            # memory-bound site, even over a short K; at four waves it is not
+            few_waves = cuda_site((512, 512), 2048, rows=2048)
+            ridge = cost.ridge_point(few_waves.device, few_waves.dtype)
+            self.assertTrue(few_waves.compute_bound(ridge))
+            self.assertTrue(few_waves.latency_bound(cost.multiprocessors(None)))
+            self.assertLess(
+                few_waves.speedup_bound(ridge), cost.COMPUTE_BOUND_MIN_BOUND
+            )
+            self.assertEqual(cost.decide(few_waves).form, "mm")
+            waves = dataclasses.replace(few_waves, rows=4096)
+            self.assertFalse(waves.latency_bound(cost.multiprocessors(None)))
+            self.assertEqual(cost.decide(waves).counter, "compute_bound")
+            with mock.patch("torch._inductor.utils.get_num_sms", side_effect=OSError):
+                self.assertIsNone(cost.multiprocessors(None))
+                self.assertEqual(cost.decide(few_waves).counter, "compute_bound")
             # memory-bound with a K tail: the per-piece loops need more
             tail_low = cost.decide(cuda_site((8, 120), 1024))
             self.assertEqual((tail_low.form, tail_low.counter), (None, "below_bound"))

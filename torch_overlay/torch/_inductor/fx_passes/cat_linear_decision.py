@@ -41,6 +41,14 @@ LOOPS_MIN_BOUND = 1.3
 # GEMM is off its aligned paths.
 COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
+# ... but a GEMM of at most this many waves of its output tiles (one tile per
+# multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
+# loop, which comes within a tenth of cuBLAS there: such a site is decided as
+# a memory-bound one (benchmarks/README.md, "cat_linear at compute-bound
+# sites").
+LATENCY_BOUND_MAX_WAVES = 2
+# The output tile of the default configs' first entries.
+WAVE_TILE = 128
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
 # The one-loop layout's K tiles, in the order the default mode tries them.
@@ -90,6 +98,19 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
         # a figure off by orders of magnitude would screen out every site
         return None
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
+
+
+def multiprocessors(device: torch.device) -> int | None:
+    """The multiprocessors a kernel's programs run on (Inductor's count, less
+    any carveout); None where it is unknown."""
+    from ..utils import get_num_sms
+
+    try:
+        with torch.cuda.device(device):
+            return get_num_sms()
+    except Exception:
+        log.debug("no multiprocessor count for %s", device, exc_info=True)
+        return None
 
 
 def gemm_flops_bytes(rows: int, k: int, n: int, itemsize: int) -> tuple[float, float]:
@@ -172,6 +193,14 @@ class CatLinearSite:
     def compute_bound(self, ridge: float) -> bool:
         return compute_bound(self.rows, self.k, self.n, self.itemsize, ridge)
 
+    def latency_bound(self, multiprocessors: int | None) -> bool:
+        """Whether the GEMM's output tiles fill at most
+        ``LATENCY_BOUND_MAX_WAVES`` waves of the device's multiprocessors."""
+        if not multiprocessors:
+            return False
+        tiles = -(-self.rows // WAVE_TILE) * -(-self.n // WAVE_TILE)
+        return tiles <= LATENCY_BOUND_MAX_WAVES * multiprocessors
+
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
@@ -204,7 +233,8 @@ def decide(site: CatLinearSite) -> Decision:
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
     # a site declined below is one that only max_autotune's timing can settle
-    if site.compute_bound(ridge):
+    latency_bound = site.latency_bound(multiprocessors(site.device))
+    if site.compute_bound(ridge) and not latency_bound:
         if site.folded:
             # the per-piece loops trail cuBLAS most here: read the produced
             # pieces from their own buffers instead
