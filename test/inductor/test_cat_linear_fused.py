@@ -729,6 +729,13 @@ class CatLinearFusedTest(TestCase):
             waves = dataclasses.replace(few_waves, rows=4096)
             self.assertFalse(waves.latency_bound(cost.multiprocessors(None)))
             self.assertEqual(cost.decide(waves).counter, "compute_bound")
+            # ... in the one loop only: pieces the per-piece loops would compute
+            # in their loads are read from their own buffers there (and save
+            # nothing here), and a K tail before the last piece stays declined
+            made = dataclasses.replace(few_waves, produced=(True, True))
+            self.assertEqual(cost.decide(made).counter, "screened")
+            tail_first = cuda_site((488, 536), 2048, rows=2048)
+            self.assertEqual(cost.decide(tail_first).counter, "k_tail")
             with mock.patch("torch._inductor.utils.get_num_sms", side_effect=OSError):
                 self.assertIsNone(cost.multiprocessors(None))
                 self.assertEqual(cost.decide(few_waves).counter, "compute_bound")

@@ -43,9 +43,10 @@ COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
 # ... but a GEMM of at most this many waves of its output tiles (one tile per
 # multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
-# loop, which comes within a tenth of cuBLAS there: such a site is decided as
-# a memory-bound one (benchmarks/README.md, "cat_linear at compute-bound
-# sites").
+# loop reading every piece in place, which comes within a tenth of cuBLAS
+# there: such a site is decided as a memory-bound one.  Not so the per-piece
+# loops, which were slower than stock at such sites (benchmarks/README.md,
+# "cat_linear at compute-bound sites").
 LATENCY_BOUND_MAX_WAVES = 2
 # The output tile of the default configs' first entries.
 WAVE_TILE = 128
@@ -233,7 +234,7 @@ def decide(site: CatLinearSite) -> Decision:
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
     # a site declined below is one that only max_autotune's timing can settle
-    latency_bound = site.latency_bound(multiprocessors(site.device))
+    latency_bound = site.one_loop and site.latency_bound(multiprocessors(site.device))
     if site.compute_bound(ridge) and not latency_bound:
         if site.folded:
             # the per-piece loops trail cuBLAS most here: read the produced
