@@ -70,9 +70,29 @@ def _tile(tile_id, grid_m, grid_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def ptrsel_kernel(
-    A0, A1, A2, A3, W, bias, C, M, N, K, S1, S2, S3, sa0, sa1, sa2, sa3, stride_wn,
-    NUM_PARTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    A0,
+    A1,
+    A2,
+    A3,
+    W,
+    bias,
+    C,
+    M,
+    N,
+    K,
+    S1,
+    S2,
+    S3,
+    sa0,
+    sa1,
+    sa2,
+    sa3,
+    stride_wn,
+    NUM_PARTS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -109,11 +129,25 @@ def ptrsel_kernel(
 
 
 @triton.jit
-def _piece_descs(A, W, M, N, Kp, S, sa, stride_wn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
-    a = tl.make_tensor_descriptor(A, shape=[M, Kp], strides=[sa, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b = tl.make_tensor_descriptor(W + S, shape=[N, Kp], strides=[stride_wn, 1],
-                                  block_shape=[BLOCK_N, BLOCK_K])
+def _piece_descs(
+    A,
+    W,
+    M,
+    N,
+    Kp,
+    S,
+    sa,
+    stride_wn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    a = tl.make_tensor_descriptor(
+        A, shape=[M, Kp], strides=[sa, 1], block_shape=[BLOCK_M, BLOCK_K]
+    )
+    b = tl.make_tensor_descriptor(
+        W + S, shape=[N, Kp], strides=[stride_wn, 1], block_shape=[BLOCK_N, BLOCK_K]
+    )
     return a, b
 
 
@@ -128,25 +162,58 @@ def _piece_loop(acc, a_desc, b_desc, Kp, m0, n0, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def tma_kernel(
-    A0, A1, A2, A3, W, bias, C, M, N, K0, K1, K2, K3, S1, S2, S3, sa0, sa1, sa2, sa3, stride_wn,
-    NUM_PARTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    FLAT: tl.constexpr, FLATTEN: tl.constexpr,
+    A0,
+    A1,
+    A2,
+    A3,
+    W,
+    bias,
+    C,
+    M,
+    N,
+    K0,
+    K1,
+    K2,
+    K3,
+    S1,
+    S2,
+    S3,
+    sa0,
+    sa1,
+    sa2,
+    sa3,
+    stride_wn,
+    NUM_PARTS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+    FLAT: tl.constexpr,
+    FLATTEN: tl.constexpr,
 ):
     a0, b0 = _piece_descs(A0, W, M, N, K0, 0, sa0, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K)
     if NUM_PARTS > 1:
-        a1, b1 = _piece_descs(A1, W, M, N, K1, S1, sa1, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K)
+        a1, b1 = _piece_descs(
+            A1, W, M, N, K1, S1, sa1, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K
+        )
     else:
         a1, b1 = a0, b0
     if NUM_PARTS > 2:
-        a2, b2 = _piece_descs(A2, W, M, N, K2, S2, sa2, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K)
+        a2, b2 = _piece_descs(
+            A2, W, M, N, K2, S2, sa2, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K
+        )
     else:
         a2, b2 = a0, b0
     if NUM_PARTS > 3:
-        a3, b3 = _piece_descs(A3, W, M, N, K3, S3, sa3, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K)
+        a3, b3 = _piece_descs(
+            A3, W, M, N, K3, S3, sa3, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K
+        )
     else:
         a3, b3 = a0, b0
-    c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(
+        C, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N]
+    )
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = grid_m * grid_n
@@ -208,15 +275,24 @@ def launcher(variant, parts, w, b, out, cfg):
     ss = (starts + [0] * pad)[1:]
     sas = [p.stride(0) for p in parts] + [parts[0].stride(0)] * pad
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    common = dict(NUM_PARTS=len(parts), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                  num_warps=warps, num_stages=stages)
+    common = dict(
+        NUM_PARTS=len(parts),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=8,
+        num_warps=warps,
+        num_stages=stages,
+    )
     if variant == "ptrsel":
         if any(k % bk for k in widths):
             return None
         k = sum(widths)
 
         def fn():
-            ptrsel_kernel[(tiles,)](*ptrs, w, b, out, m, n, k, *ss, *sas, w.stride(0), **common)
+            ptrsel_kernel[(tiles,)](
+                *ptrs, w, b, out, m, n, k, *ss, *sas, w.stride(0), **common
+            )
             return out
 
         return fn
@@ -226,8 +302,22 @@ def launcher(variant, parts, w, b, out, cfg):
     flatten = variant == "tma_flat_pf"
 
     def fn():
-        tma_kernel[(programs,)](*ptrs, w, b, out, m, n, *ks, *ss, *sas, w.stride(0), **common,
-                                NUM_PROGRAMS=programs, FLAT=flat, FLATTEN=flatten)
+        tma_kernel[(programs,)](
+            *ptrs,
+            w,
+            b,
+            out,
+            m,
+            n,
+            *ks,
+            *ss,
+            *sas,
+            w.stride(0),
+            **common,
+            NUM_PROGRAMS=programs,
+            FLAT=flat,
+            FLATTEN=flatten,
+        )
         return out
 
     return fn
@@ -242,9 +332,13 @@ def rel_err(out, ref):
 
 def main():
     global NUM_SMS
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES")
+    ap.add_argument(
+        "--shapes", default=None, help="comma-separated indices into SHAPES"
+    )
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default="cat_linear_tma_probe.json")
     a = ap.parse_args()
@@ -252,22 +346,41 @@ def main():
 
     triton.set_allocator(_alloc)
     NUM_SMS = torch.cuda.get_device_properties(0).multi_processor_count
-    shapes = SHAPES if a.shapes is None else [SHAPES[int(i)] for i in a.shapes.split(",")]
+    shapes = (
+        SHAPES if a.shapes is None else [SHAPES[int(i)] for i in a.shapes.split(",")]
+    )
     variants = a.variants.split(",")
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "sms": NUM_SMS, "reps": a.reps}
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sms": NUM_SMS,
+        "reps": a.reps,
+    }
     rows = []
     for m, widths, n in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
-        parts = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g) for k in widths]
+        parts = [
+            torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+            for k in widths
+        ]
         k = sum(widths)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5
+        w = (
+            torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+            * k**-0.5
+        )
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g)
         ready = torch.cat(parts, -1)
         ref = F.linear(ready.float(), w.float(), b.float())
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        fns = {"stock": lambda: F.linear(torch.cat(parts, -1), w, b), "floor": lambda: F.linear(ready, w, b)}
-        info = {"stock": {"err": rel_err(fns["stock"](), ref)}, "floor": {"err": rel_err(fns["floor"](), ref)}}
+        fns = {
+            "stock": lambda: F.linear(torch.cat(parts, -1), w, b),
+            "floor": lambda: F.linear(ready, w, b),
+        }
+        info = {
+            "stock": {"err": rel_err(fns["stock"](), ref)},
+            "floor": {"err": rel_err(fns["floor"](), ref)},
+        }
         for variant in variants:
             for cfg in NARROW if n <= 256 else WIDE:
                 name = f"{variant}:{'x'.join(map(str, cfg))}"
@@ -279,8 +392,12 @@ def main():
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(out, ref)
-                except Exception as e:  # a form Triton cannot compile here: say so, go on
-                    info[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                except (
+                    Exception
+                ) as e:  # a form Triton cannot compile here: say so, go on
+                    info[name] = {
+                        "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    }
                     traceback.print_exc(limit=1)
                     continue
                 info[name] = {"err": err}
@@ -298,10 +415,20 @@ def main():
             v = name.split(":")[0]
             if v not in best or t < med[best[v]]:
                 best[v] = name
-        row = {"m": m, "widths": widths, "n": n, "median_us": med,
-               "spread": {name: spread(v) for name, v in times.items()}, "info": info, "best": best}
+        row = {
+            "m": m,
+            "widths": widths,
+            "n": n,
+            "median_us": med,
+            "spread": {name: spread(v) for name, v in times.items()},
+            "info": info,
+            "best": best,
+        }
         rows.append(row)
-        cells = "  ".join(f"{v}={med[name]:.1f}({med[name] / med['floor']:.2f}f)" for v, name in best.items())
+        cells = "  ".join(
+            f"{v}={med[name]:.1f}({med[name] / med['floor']:.2f}f)"
+            for v, name in best.items()
+        )
         print(f"{m} {list(widths)} {n}: {cells}", flush=True)
         bad = {name: i for name, i in info.items() if "error" in i or "wrong" in i}
         if bad:

@@ -43,10 +43,10 @@ COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
 # ... but a GEMM of at most this many waves of its output tiles (one tile per
 # multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
-# loop reading every piece in place, which comes within a tenth of cuBLAS
-# there: such a site is decided as a memory-bound one.  Not so the per-piece
-# loops, which were slower than stock at such sites (benchmarks/README.md,
-# "cat_linear at compute-bound sites").
+# loop reading every piece in place, which comes close to cuBLAS there: such a
+# site is decided as a memory-bound one.  Not so in the per-piece loops, which
+# were slower than stock at such sites (benchmarks/README.md, "cat_linear at
+# compute-bound sites").
 LATENCY_BOUND_MAX_WAVES = 2
 # The output tile of the default configs' first entries.
 WAVE_TILE = 128
