@@ -1,7 +1,8 @@
 """Can a Hopper form of the in-place cat GEMM reach cuBLAS where the sites are compute-bound?
 
-The held-out sites the decision declines as compute-bound (K 256-1024, N 512-2048) are where the
-template's one loop (pointer loads, one program per tile) trails cuBLAS on a ready input.  This
+At compute-bound sites (in the held-out sweep: K 256-1024, N 512-2048) the template's one loop
+(pointer loads, one program per tile) trails cuBLAS on a ready input, most over several waves of
+tiles.  This
 probe times, outside Inductor, standalone Triton kernels for ``F.linear(cat(parts, -1), W, b)``
 (bf16, input pieces) against cuBLAS:
 
@@ -54,6 +55,8 @@ SHAPES = [  # (M, piece widths, N): the held-out sites first, compute-bound ones
     (8192, (256, 256), 160),
     (1 << 20, (128, 128), 64),
 ]
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), every variant timed at each; the probe's own
+# split (NARROW at N <= 256), not the template's tables (which switch at N <= 64)
 WIDE = [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3)]
 NARROW = [(128, 64, 64, 4, 4), (128, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
 
@@ -104,7 +107,7 @@ def ptrsel_kernel(
     offs_n = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k_idx in range(0, K // BLOCK_K):
+    for k_idx in range(K // BLOCK_K):
         kk = k_idx * BLOCK_K
         a_base = A0 + kk
         stride_am = sa0
@@ -392,9 +395,8 @@ def main():
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(out, ref)
-                except (
-                    Exception
-                ) as e:  # a form Triton cannot compile here: say so, go on
+                except Exception as e:
+                    # a form Triton cannot compile here: say so, go on
                     info[name] = {
                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                     }
@@ -435,7 +437,7 @@ def main():
             print("   not timed:", json.dumps(bad)[:600], flush=True)
         with open(a.out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        del parts, w, b, ready, ref, out, fns
+        fns.clear()  # the next shape rebinds the tensors they hold
         torch.cuda.empty_cache()
 
 

@@ -697,6 +697,75 @@ class CatLinearFusedTest(TestCase):
             want = (None, expected.get(name, "rows"))
             self.assertEqual([s.gathers for s in sites], [want], msg=name)
 
+    def test_cat_linear_site_static_shape(self):
+        # the decision sees sizes on their hints: it is told which are static
+        def fn(a, b, w):
+            return F.linear(torch.cat([a, b], -1), w)
+
+        for dynamic in (False, True):
+            sites = []
+
+            def record(site, decide=cost.decide):
+                sites.append(site)
+                return decide(site)
+
+            torch._dynamo.reset()
+            a, b = torch.randn(64, 16), torch.randn(64, 16)
+            if dynamic:  # the rows, not the widths (a dynamic width is declined)
+                torch._dynamo.mark_dynamic(a, 0)
+                torch._dynamo.mark_dynamic(b, 0)
+            with (
+                fusion(),
+                inductor_config.patch(fx_graph_cache=False),
+                mock.patch.object(cost, "decide", side_effect=record),
+            ):
+                torch.compile(fn)(a, b, torch.randn(8, 32))
+            self.assertEqual([s.static_shape for s in sites], [not dynamic])
+
+    def test_cat_linear_cuda_decision_latency_bound(self):
+        with h100_figures():
+            # a compute-bound GEMM whose output tiles fill at most two waves
+            # runs at its tiles' latency, in cuBLAS as in the one loop over
+            # 64-wide K tiles: decided as a memory-bound site there, though its
+            # best case is below the compute-bound one; at four waves it is not
+            few = cuda_site((512, 512), 2048, rows=2048)  # 256 tiles
+            sms = cost.multiprocessors(few.device)
+            ridge = cost.ridge_point(few.device, few.dtype)
+            self.assertEqual(sms, 132)
+            self.assertTrue(few.compute_bound(ridge) and few.latency_bound(sms))
+            self.assertLess(few.speedup_bound(ridge), cost.COMPUTE_BOUND_MIN_BOUND)
+            self.assertEqual(
+                cost.decide(few), cost.Decision("mm", mock.ANY, "roofline")
+            )
+            waves = dataclasses.replace(few, rows=4096)
+            self.assertFalse(waves.latency_bound(sms))
+            self.assertEqual(cost.decide(waves).counter, "compute_bound")
+            for count, taken in ((128, True), (127, False)):  # 2 x 128 tiles
+                with mock.patch(
+                    "torch._inductor.utils.get_num_sms", return_value=count
+                ):
+                    self.assertEqual(cost.decide(few).form == "mm", taken, msg=count)
+            # not over 32-wide K tiles, nor with a K tail before the last
+            # piece, nor where the rows are a hint of a dynamic size
+            narrow_k = cuda_site((480, 544), 2048, rows=2048)
+            self.assertTrue(narrow_k.one_loop)
+            self.assertEqual(cost.decide(narrow_k).counter, "compute_bound")
+            tail_first = cuda_site((488, 536), 2048, rows=2048)
+            self.assertEqual(cost.decide(tail_first).counter, "k_tail")
+            dynamic = dataclasses.replace(few, static_shape=False)
+            self.assertEqual(cost.decide(dynamic).counter, "compute_bound")
+            # nor where the per-piece loops would compute a piece in their
+            # loads: read from its own buffer, it saves nothing, and the one
+            # loop reads the rest in place
+            made = cost.decide(dataclasses.replace(few, produced=(True, False)))
+            self.assertEqual((made.form, made.prologues), ("mm", ()))
+            all_made = dataclasses.replace(few, produced=(True, True))
+            self.assertEqual(cost.decide(all_made).counter, "screened")
+            # no multiprocessor count: compute-bound as before
+            with mock.patch("torch._inductor.utils.get_num_sms", side_effect=OSError):
+                self.assertIsNone(cost.multiprocessors(few.device))
+                self.assertEqual(cost.decide(few).counter, "compute_bound")
+
     def test_cat_linear_cuda_decision(self):
         with h100_figures():
             # a memory-bound forward site of whole K tiles: taken
@@ -715,30 +784,6 @@ class CatLinearFusedTest(TestCase):
             self.assertEqual(
                 (thin_gain.form, thin_gain.counter), (None, "compute_bound")
             )
-            # a compute-bound GEMM of at most two waves of output tiles runs
-            # at its tiles' latency, in cuBLAS as in the template: decided as a
-            # memory-bound site, even over a short K; at four waves it is not
-            few_waves = cuda_site((512, 512), 2048, rows=2048)
-            ridge = cost.ridge_point(few_waves.device, few_waves.dtype)
-            self.assertTrue(few_waves.compute_bound(ridge))
-            self.assertTrue(few_waves.latency_bound(cost.multiprocessors(None)))
-            self.assertLess(
-                few_waves.speedup_bound(ridge), cost.COMPUTE_BOUND_MIN_BOUND
-            )
-            self.assertEqual(cost.decide(few_waves).form, "mm")
-            waves = dataclasses.replace(few_waves, rows=4096)
-            self.assertFalse(waves.latency_bound(cost.multiprocessors(None)))
-            self.assertEqual(cost.decide(waves).counter, "compute_bound")
-            # ... in the one loop only: pieces the per-piece loops would compute
-            # in their loads are read from their own buffers there (and save
-            # nothing here), and a K tail before the last piece stays declined
-            made = dataclasses.replace(few_waves, produced=(True, True))
-            self.assertEqual(cost.decide(made).counter, "screened")
-            tail_first = cuda_site((488, 536), 2048, rows=2048)
-            self.assertEqual(cost.decide(tail_first).counter, "k_tail")
-            with mock.patch("torch._inductor.utils.get_num_sms", side_effect=OSError):
-                self.assertIsNone(cost.multiprocessors(None))
-                self.assertEqual(cost.decide(few_waves).counter, "compute_bound")
             # memory-bound with a K tail: the per-piece loops need more
             tail_low = cost.decide(cuda_site((8, 120), 1024))
             self.assertEqual((tail_low.form, tail_low.counter), (None, "below_bound"))

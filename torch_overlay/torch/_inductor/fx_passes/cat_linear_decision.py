@@ -43,12 +43,12 @@ COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
 # ... but a GEMM of at most this many waves of its output tiles (one tile per
 # multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
-# loop reading every piece in place, which comes close to cuBLAS there: such a
-# site is decided as a memory-bound one.  Not so in the per-piece loops, which
-# were slower than stock at such sites (benchmarks/README.md, "cat_linear at
+# loop over 64-wide K tiles, which comes close to cuBLAS there: such a site is
+# decided as a memory-bound one.  Measured so only in that layout; over 32-wide
+# K tiles two such sites lost to stock (benchmarks/README.md, "cat_linear at
 # compute-bound sites").
 LATENCY_BOUND_MAX_WAVES = 2
-# The output tile of the default configs' first entries.
+# The output tile of the wide one-loop table's first entry.
 WAVE_TILE = 128
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
@@ -147,6 +147,8 @@ class CatLinearSite:
     # realizes are laid out so; at a compute-bound site, a copy of the weight).
     pieces_aligned: bool = True
     prologue_fusion: bool = True  # config.prologue_fusion
+    # Whether the GEMM's rows and N are static (else the decision sees hints).
+    static_shape: bool = True
 
     @property
     def k(self) -> int:
@@ -195,9 +197,12 @@ class CatLinearSite:
         return compute_bound(self.rows, self.k, self.n, self.itemsize, ridge)
 
     def latency_bound(self, multiprocessors: int | None) -> bool:
-        """Whether the GEMM's output tiles fill at most
-        ``LATENCY_BOUND_MAX_WAVES`` waves of the device's multiprocessors."""
-        if not multiprocessors:
+        """Whether the template's one loop over 64-wide K tiles reads every
+        piece in place and the GEMM's output tiles fill at most
+        ``LATENCY_BOUND_MAX_WAVES`` waves of the device's multiprocessors (at
+        static sizes only: a bound on the rows a hint cannot give)."""
+        one_loop = self.one_loop and one_loop_tiles(self.widths, ONE_LOOP_BLOCK_KS[0])
+        if not (multiprocessors and one_loop and self.static_shape):
             return False
         tiles = -(-self.rows // WAVE_TILE) * -(-self.n // WAVE_TILE)
         return tiles <= LATENCY_BOUND_MAX_WAVES * multiprocessors
@@ -234,8 +239,10 @@ def decide(site: CatLinearSite) -> Decision:
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
     # a site declined below is one that only max_autotune's timing can settle
-    latency_bound = site.one_loop and site.latency_bound(multiprocessors(site.device))
-    if site.compute_bound(ridge) and not latency_bound:
+    compute_bound = site.compute_bound(ridge)
+    if compute_bound and site.latency_bound(multiprocessors(site.device)):
+        return Decision("mm", f"{best}, compute-bound over few waves", "roofline")
+    if compute_bound:
         if site.folded:
             # the per-piece loops trail cuBLAS most here: read the produced
             # pieces from their own buffers instead

@@ -302,6 +302,7 @@ def site(match: Match) -> cost.CatLinearSite:
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
         pieces_aligned=all(f or aligned(r) for f, r in zip(laid_out(match), rows)),
         prologue_fusion=config.prologue_fusion,
+        static_shape=not any(isinstance(x, torch.SymInt) for x in out.shape),
     )
 
 
