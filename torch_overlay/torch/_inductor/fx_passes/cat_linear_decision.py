@@ -45,8 +45,7 @@ COMPUTE_BOUND_MIN_K = 1024
 # multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
 # loop over 64-wide K tiles, which comes close to cuBLAS there: such a site is
 # decided as a memory-bound one.  Measured so only in that layout; over 32-wide
-# K tiles two such sites lost to stock (benchmarks/README.md, "cat_linear at
-# compute-bound sites").
+# K tiles two such sites lost to stock.
 LATENCY_BOUND_MAX_WAVES = 2
 # The output tile of the wide one-loop table's first entry.
 WAVE_TILE = 128
