@@ -892,6 +892,20 @@ class CatLinearFusedTest(TestCase):
         with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=8192):
             self.assertIsNone(kernel._default_config(256, (64, 64), 2))
 
+    def test_cat_linear_loops_unmasked_pieces(self):
+        # the per-piece loops load a piece of whole K tiles unmasked
+        from torch._inductor.kernel import cat_linear as kernel
+
+        cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=3, num_warps=4)
+        with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=232448):
+            loops = kernel._layout(cfg, (40, 64, 128), 2)
+            folded = kernel._layout(cfg, (64, 64, 40), 2, loops=True)
+            one_loop = kernel._layout(cfg, (64, 64, 40), 2)
+        self.assertEqual((loops["ONE_LOOP"], loops["EVEN_PIECES"]), (False, 0b110))
+        self.assertEqual((folded["ONE_LOOP"], folded["EVEN_PIECES"]), (False, 0b011))
+        self.assertEqual((one_loop["ONE_LOOP"], one_loop["EVEN_PIECES"]), (True, 0))
+        self.assertFalse(one_loop["EVEN_K"])
+
     def test_cat_linear_ridge_point_from_inductor_figures(self):
         with h100_figures():
             ridge = cost.ridge_point(torch.device("cuda", 0), torch.bfloat16)
@@ -1018,6 +1032,7 @@ class CatLinearFusedTest(TestCase):
             ((256,), (320, 384), 256, True),
             ((256,), (40, 24, 16, 72), 64, True),  # masked K tails, four pieces
             ((2, 100), (64, 100), 96, True),  # a K tail in the last piece only
+            ((256,), (40, 64, 128), 96, True),  # loops, two of whole K tiles
         ],
     )
     def test_cat_linear_cuda_template_parity(self, dtype, lead, widths, n, bias):
@@ -1031,7 +1046,8 @@ class CatLinearFusedTest(TestCase):
         FileCheck().check("def triton_tem_").check_not("triton_poi_fused_cat").run(code)
         # every piece but the last whole K tiles: one loop over the cat, each
         # tile's piece selected (its last tile masked where K is not whole
-        # tiles); else one masked loop per piece
+        # tiles); else one loop per piece, masked where the piece is not
+        # whole K tiles
         one_loop = FileCheck().check("def triton_tem_")
         if all(w % 32 == 0 for w in widths[:-1]):
             block_k = 64 if all(w % 64 == 0 for w in widths[:-1]) else 32
@@ -1042,7 +1058,13 @@ class CatLinearFusedTest(TestCase):
                 one_loop.check_not("mask=rk")
             one_loop.run(code)
         else:
+            from torch._inductor.kernel import cat_linear as kernel
+
             one_loop.check_not("tl.where(in_a1").run(code)
+            block_k = kernel._default_config(n, widths, dtype.itemsize)["BLOCK_K"]
+            masked = sum(w % block_k != 0 for w in widths)
+            self.assertEqual(code.count("a_mask = "), masked)
+            self.assertEqual(code.count("b_mask = "), masked)
 
     @requires_cuda_and_triton
     def test_cat_linear_cuda_unaligned_rows(self):
@@ -1147,6 +1169,8 @@ class CatLinearFusedTest(TestCase):
             FileCheck().check("def triton_tem_").check("maximum").check_not(
                 "tl.where(in_a1"
             ).run(code)
+            # each piece is whole K tiles: no load is masked
+            FileCheck().check("def triton_tem_").check_not("a_mask").run(code)
         else:
             FileCheck().check("def triton_poi").check("def triton_tem_").check(
                 "tl.where(in_a1"

@@ -100,15 +100,25 @@ def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
-    """``cfg`` with the template's ``ONE_LOOP`` and ``EVEN_K`` flags, or None
-    where its stages do not fit the shared memory."""
+    """``cfg`` with the template's ``ONE_LOOP``, ``EVEN_K`` and
+    ``EVEN_PIECES`` flags, or None where its stages do not fit the shared
+    memory."""
     one_loop = not loops and cost.one_loop_tiles(widths, cfg["BLOCK_K"])
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    even_k = one_loop and cost.whole_tiles(widths, cfg["BLOCK_K"])
-    return dict(cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k)
+    block_k = cfg["BLOCK_K"]
+    even_k = one_loop and cost.whole_tiles(widths, block_k)
+    # the per-piece loops load a piece of whole K tiles unmasked
+    even = (
+        0
+        if one_loop
+        else sum(1 << i for i, w in enumerate(widths) if cost.whole_tiles([w], block_k))
+    )
+    return dict(
+        cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k, EVEN_PIECES=even
+    )
 
 
 def _default_config(
