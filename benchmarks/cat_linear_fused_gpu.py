@@ -18,6 +18,8 @@ on the first piece, or a gather of the last: ``PRODUCERS``; forward under
              cat traffic, 2 to 3 parts, pieces >= 8 wide): old against new, one machine
   native     stock with config.triton.native_matmul (a candidate, not ours)
   view / mm  the fusion forced into a form (with --forms)
+  mm_unfolded  mm forced with prologue_fusion off: produced pieces written by
+             kernels of their own, the rest read in place (with --forms)
   stock_mat / patched_mat   both under max_autotune (with --autotune)
   patched_mat_x  patched_mat with EXTRA_AUTOTUNE_CONFIGS offered next to the mm
              heuristic's (with --autotune-extra; an experiment, not the library's)
@@ -213,15 +215,20 @@ def fresh_code(fn, variant):
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
+FORCED = ("view", "mm", "mm_unfolded")
+
+
 def inductor_patches(variant):
     """Inductor config of a variant: the fusion off (stock*, floor, native), on
     (patched*), or forced into a form (view, mm)."""
     options = {}
     if variant.startswith("patched"):
         options = {"cat_linear": {}}
-    elif variant in ("view", "mm"):
-        options = {"cat_linear": {"form": variant}}
+    elif variant in FORCED:
+        options = {"cat_linear": {"form": variant.split("_")[0]}}
     patches = {"pre_grad_fusion_options": options, "force_disable_caches": True}
+    if variant == "mm_unfolded":
+        patches["prologue_fusion"] = False
     if variant.endswith(("_mat", "_mat_x")):
         patches["max_autotune"] = True
     if variant == "native":
@@ -274,7 +281,7 @@ def run_site(m, widths, n, producer, bwd, variants, reps, dtype, dev="cuda", tim
             with open(os.path.join(CODE_DIR, name), "w") as f:
                 f.write(source)
         row["compile_s"][v] = round(time.perf_counter() - t0, 3)
-        if v.startswith("patched") or v in ("view", "mm"):
+        if v.startswith("patched") or v in FORCED:
             c = counters["inductor"]
             row[f"{v}_counters"] = {k: c[k] for k in c if k.startswith("cat_linear")}
             row[f"{v}_template"] = any("triton_tem_" in s for s in code)
@@ -371,7 +378,7 @@ def main(argv=None):
     p.add_argument("--no-upstream", action="store_true", help="leave out upstream's rewrite")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
     p.add_argument("--small", action="store_true", help="rows capped at 256 (a dry run)")
-    p.add_argument("--forms", default="", help="also force these forms (comma-separated: mm, view)")
+    p.add_argument("--forms", default="", help=f"also force these forms (comma-separated, of {FORCED})")
     p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
                    help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
                         "get_device_tflops / get_gpu_dram_gbps report implausible figures on this torch")
