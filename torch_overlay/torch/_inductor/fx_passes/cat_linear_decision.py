@@ -142,9 +142,6 @@ class CatLinearSite:
     # Whether stock's GEMM reads aligned rows (the cat's K, the weight's
     # leading stride, as pad_mm counts alignment); else cuBLAS is slower.
     gemm_aligned: bool = True
-    # Whether the template reads every piece at aligned rows (those it
-    # realizes are laid out so; at a compute-bound site, a copy of the weight).
-    pieces_aligned: bool = True
     prologue_fusion: bool = True  # config.prologue_fusion
     # Whether the GEMM's rows and N are static (else the decision sees hints).
     static_shape: bool = True
@@ -231,8 +228,9 @@ def decide(site: CatLinearSite) -> Decision:
     bound = site.speedup_bound(ridge)
     best = f"best case {bound:.2f}x"
     # cuBLAS's kernels for unaligned rows take several times its aligned
-    # ones at a compute-bound GEMM, which the template reads aligned
-    unaligned = not site.gemm_aligned and site.pieces_aligned
+    # ones at a compute-bound GEMM; the one loop, which reads a copy of the
+    # weight at aligned rows, much less, even with pieces at unaligned rows
+    unaligned = not site.gemm_aligned
     if bound < MARGIN and not (unaligned and site.compute_bound(ridge)):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
     if site.max_autotune:

@@ -289,7 +289,6 @@ def site(match: Match) -> cost.CatLinearSite:
     def aligned(*sizes: Any) -> bool:
         return not any(get_padded_length(hint(x), align) for x in sizes)
 
-    rows = [p.meta["val"].stride()[-2] for p in parts]
     return cost.CatLinearSite(
         rows=hint(out.shape[0]),
         widths=widths,
@@ -300,7 +299,6 @@ def site(match: Match) -> cost.CatLinearSite:
         gathers=gathers,
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
-        pieces_aligned=all(f or aligned(r) for f, r in zip(laid_out(match), rows)),
         prologue_fusion=config.prologue_fusion,
         static_shape=not any(isinstance(x, torch.SymInt) for x in out.shape),
     )
