@@ -215,17 +215,18 @@ def fresh_code(fn, variant):
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-FORCED = ("view", "mm", "mm_unfolded")
+# --forms: variant -> the form forced (mm_unfolded: with prologue fusion off)
+FORCED = {"view": "view", "mm": "mm", "mm_unfolded": "mm"}
 
 
 def inductor_patches(variant):
     """Inductor config of a variant: the fusion off (stock*, floor, native), on
-    (patched*), or forced into a form (view, mm)."""
+    (patched*), or forced into a form (``FORCED``)."""
     options = {}
     if variant.startswith("patched"):
         options = {"cat_linear": {}}
     elif variant in FORCED:
-        options = {"cat_linear": {"form": variant.split("_")[0]}}
+        options = {"cat_linear": {"form": FORCED[variant]}}
     patches = {"pre_grad_fusion_options": options, "force_disable_caches": True}
     if variant == "mm_unfolded":
         patches["prologue_fusion"] = False
@@ -378,7 +379,7 @@ def main(argv=None):
     p.add_argument("--no-upstream", action="store_true", help="leave out upstream's rewrite")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
     p.add_argument("--small", action="store_true", help="rows capped at 256 (a dry run)")
-    p.add_argument("--forms", default="", help=f"also force these forms (comma-separated, of {FORCED})")
+    p.add_argument("--forms", default="", help=f"also force these forms (comma-separated, of {', '.join(FORCED)})")
     p.add_argument("--pin-figures", default=None, metavar="TFLOPS,GBPS",
                    help="the device's dense 16-bit TFLOP/s and DRAM GB/s for the decision, where Inductor's "
                         "get_device_tflops / get_gpu_dram_gbps report implausible figures on this torch")
@@ -395,7 +396,10 @@ def main(argv=None):
         return
     variants = [v for v in VARIANTS if not (args.no_native and v == "native")
                 and not (args.no_upstream and v == "upstream")]  # fmt: skip
-    variants += [f for f in args.forms.split(",") if f]
+    forms = [f for f in args.forms.split(",") if f]
+    if unknown := set(forms) - set(FORCED):
+        p.error(f"--forms: unknown {sorted(unknown)}; known: {', '.join(FORCED)}")
+    variants += forms
     if args.pin_figures:
         tflops, gbps = (float(x) for x in args.pin_figures.split(","))
         mock.patch("torch._inductor.utils.get_device_tflops", return_value=tflops).start()

@@ -435,7 +435,8 @@ class CatLinearFusedTest(TestCase):
         if dynamic_rows:
             torch._dynamo.mark_dynamic(args[0], 0)
             torch._dynamo.mark_dynamic(args[1], 0)
-        with template_left_out():
+        decide = mock.patch.object(cost, "decide", side_effect=AssertionError)
+        with template_left_out(), decide:  # forced: no decision
             (code,) = self.common(fn, args, 1, form="mm", backward=False)
         for rows in ("351), (352, 1)", "3), (3, 1)", "301), (301, 1)"):
             FileCheck().check_regex(
@@ -485,11 +486,12 @@ class CatLinearFusedTest(TestCase):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the
         # weight's leading stride (K for linear's transposed weight, N for
         # x @ W), as pad_mm counts alignment
-        sites = []
+        sites, recorded = [], []
         decide = cost.decide
 
         def record(site):
             sites.append(site.gemm_aligned)
+            recorded.append(site)
             return decide(site)
 
         cases = [
@@ -509,10 +511,22 @@ class CatLinearFusedTest(TestCase):
                 torch._dynamo.reset()
                 with fusion(None):
                     torch.compile(fn)(*parts, w)
-        self.assertEqual(
-            sites,
-            [False, True, False, True],
+        self.assertEqual(sites, [False, True, False, True])
+        # the pieces' rows do not enter: a piece 300 wide (at rows 600 bytes
+        # apart) beside a relu'd one, where stock's K (556) is unaligned
+        with mock.patch.object(cost, "decide", record), fusion(None):
+            torch._dynamo.reset()
+            parts = [torch.randn(8, k, dtype=torch.bfloat16) for k in (256, 300)]
+            w = torch.randn(16, 556, dtype=torch.bfloat16)
+            torch.compile(lambda a, b, w: F.linear(torch.cat([a.relu(), b], -1), w))(
+                *parts, w
+            )
+        (site,) = [s for s in recorded if s.widths == (256, 300)]
+        on_gpu = dataclasses.replace(
+            site, device=torch.device("cuda", 0), rows=8192, n=4096
         )
+        with h100_figures():
+            self.assertEqual(cost.decide(on_gpu).form, "mm")
 
     def test_cat_linear_in_cond_branches(self):
         # A site in a cond branch is lowered with its subgraph; the parent
@@ -802,10 +816,13 @@ class CatLinearFusedTest(TestCase):
             self.assertFalse(thin.compute_bound(ridge))
             self.assertEqual(cost.decide(thin).counter, "screened")
             # a relu'd piece and one read in place at unaligned rows (300
-            # wide): the relu'd piece by its own kernel, the one loop
+            # wide), little to save once the relu'd piece is written by its
+            # own kernel: that kernel, then the one loop
             relu = cuda_site(
-                (256, 300), 2048, produced=[True, False], gemm_aligned=False
+                (256, 300), 4096, produced=[True, False], gemm_aligned=False
             )
+            unfolded = dataclasses.replace(relu, prologue_fusion=False)
+            self.assertLess(unfolded.speedup_bound(ridge), cost.MARGIN)
             taken = cost.decide(relu)
             self.assertEqual((taken.form, taken.prologues), ("mm", ()))
             aligned = cost.decide(dataclasses.replace(relu, gemm_aligned=True))
@@ -895,9 +912,13 @@ class CatLinearFusedTest(TestCase):
         cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=3, num_warps=4)
         with mock.patch.object(kernel, "get_gpu_shared_memory", return_value=232448):
             loops = kernel._layout(cfg, (40, 64, 128), 2)
+            # whole tiles of the config's BLOCK_K: 96 is of 32, not of 64
+            by_64 = kernel._layout(cfg, (40, 96, 128), 2)
+            by_32 = kernel._layout(dict(cfg, BLOCK_K=32), (40, 96, 128), 2)
             folded = kernel._layout(cfg, (64, 64, 40), 2, loops=True)
             one_loop = kernel._layout(cfg, (64, 64, 40), 2)
         self.assertEqual((loops["ONE_LOOP"], loops["EVEN_PIECES"]), (False, 0b110))
+        self.assertEqual((by_64["EVEN_PIECES"], by_32["EVEN_PIECES"]), (0b100, 0b110))
         self.assertEqual((folded["ONE_LOOP"], folded["EVEN_PIECES"]), (False, 0b011))
         self.assertEqual((one_loop["ONE_LOOP"], one_loop["EVEN_PIECES"]), (True, 0))
         self.assertFalse(one_loop["EVEN_K"])

@@ -228,10 +228,10 @@ def decide(site: CatLinearSite) -> Decision:
     bound = site.speedup_bound(ridge)
     best = f"best case {bound:.2f}x"
     # cuBLAS's kernels for unaligned rows take several times its aligned
-    # ones at a compute-bound GEMM; the one loop, which reads a copy of the
-    # weight at aligned rows, much less, even with pieces at unaligned rows
-    unaligned = not site.gemm_aligned
-    if bound < MARGIN and not (unaligned and site.compute_bound(ridge)):
+    # ones at a compute-bound GEMM; the template trails it much less there,
+    # even on pieces at unaligned rows (it copies an input weight to aligned
+    # rows)
+    if bound < MARGIN and (site.gemm_aligned or not site.compute_bound(ridge)):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)

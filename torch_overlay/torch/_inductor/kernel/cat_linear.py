@@ -103,21 +103,22 @@ def _layout(
     """``cfg`` with the template's ``ONE_LOOP``, ``EVEN_K`` and
     ``EVEN_PIECES`` flags, or None where its stages do not fit the shared
     memory."""
-    one_loop = not loops and cost.one_loop_tiles(widths, cfg["BLOCK_K"])
+    block_k = cfg["BLOCK_K"]
+    one_loop = not loops and cost.one_loop_tiles(widths, block_k)
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
-    need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * itemsize
+    need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * block_k * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    block_k = cfg["BLOCK_K"]
     even_k = one_loop and cost.whole_tiles(widths, block_k)
     # the per-piece loops load a piece of whole K tiles unmasked
-    even = (
-        0
-        if one_loop
-        else sum(1 << i for i, w in enumerate(widths) if cost.whole_tiles([w], block_k))
-    )
+    whole = [cost.whole_tiles([w], block_k) for w in widths]
+    even_pieces = 0 if one_loop else sum(1 << i for i, w in enumerate(whole) if w)
     return dict(
-        cfg, num_stages=stages, ONE_LOOP=one_loop, EVEN_K=even_k, EVEN_PIECES=even
+        cfg,
+        num_stages=stages,
+        ONE_LOOP=one_loop,
+        EVEN_K=even_k,
+        EVEN_PIECES=even_pieces,
     )
 
 
