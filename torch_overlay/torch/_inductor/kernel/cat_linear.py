@@ -109,9 +109,10 @@ def _layout(
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * block_k * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    even_k = one_loop and cost.whole_tiles(widths, block_k)
-    # the per-piece loops load a piece of whole K tiles unmasked
+    # the one loop masks no tile where every piece is whole K tiles, the
+    # per-piece loops no load of such a piece
     whole = [cost.whole_tiles([w], block_k) for w in widths]
+    even_k = one_loop and all(whole)
     even_pieces = 0 if one_loop else sum(1 << i for i, w in enumerate(whole) if w)
     return dict(
         cfg,
