@@ -890,6 +890,21 @@ class CatLinearFusedTest(TestCase):
             # under max_autotune: handed to autotuning
             tuned = cost.decide(cuda_site((128, 351), 2048, max_autotune=True))
             self.assertEqual((tuned.form, tuned.counter), ("mm", "autotune"))
+            # ... with the produced pieces in the loads where memory-bound,
+            # from their own buffers where compute-bound (autotuning times
+            # the template without the producers the scheduler fuses in)
+            tuned_made = dataclasses.replace(whole, max_autotune=True)
+            self.assertEqual(cost.decide(tuned_made).prologues, (True, True))
+            relu_cb = cuda_site(
+                (128, 351), 1024, rows=16384, produced=[True, False], max_autotune=True
+            )
+            self.assertTrue(relu_cb.compute_bound(ridge) and relu_cb.folded)
+            tuned_cb = cost.decide(relu_cb)
+            self.assertEqual((tuned_cb.form, tuned_cb.prologues), ("mm", ()))
+            tuned_made_cb = cuda_site(
+                (1024, 1024), 1024, produced=made, max_autotune=True
+            )
+            self.assertEqual(cost.decide(tuned_made_cb).counter, "screened")
 
     def test_cat_linear_default_config_fits_small_shared_memory(self):
         # where no config of the one-loop layout's K tile fits, the next K

@@ -233,17 +233,18 @@ def decide(site: CatLinearSite) -> Decision:
     # rows)
     if bound < MARGIN and (site.gemm_aligned or not site.compute_bound(ridge)):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
+    compute_bound = site.compute_bound(ridge)
+    if compute_bound and site.folded:
+        # the per-piece loops trail cuBLAS most here (and max_autotune times
+        # them without the producers, which the scheduler fuses in later):
+        # read the produced pieces from their own buffers instead
+        return decide(dataclasses.replace(site, prologue_fusion=False))
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
     # a site declined below is one that only max_autotune's timing can settle
-    compute_bound = site.compute_bound(ridge)
     if compute_bound and site.latency_bound(multiprocessors(site.device)):
         return Decision("mm", f"{best}, compute-bound over few waves", "roofline")
     if compute_bound:
-        if site.folded:
-            # the per-piece loops trail cuBLAS most here: read the produced
-            # pieces from their own buffers instead
-            return decide(dataclasses.replace(site, prologue_fusion=False))
         if not site.one_loop:
             return Decision(None, f"{best}: a K tail before the last piece", "k_tail")
         if not site.gemm_aligned:
