@@ -21,9 +21,10 @@ on the first piece, or a gather of the last: ``PRODUCERS``; forward under
   mm_unfolded  mm forced with prologue_fusion off: produced pieces written by
              kernels of their own, the rest read in place (with --forms)
   stock_mat / patched_mat   both under max_autotune (with --autotune)
+  floor_mat  floor under max_autotune: Inductor's own mm choices on the ready input
+             (with --autotune)
   patched_mat_x  patched_mat with EXTRA_AUTOTUNE_CONFIGS offered next to the mm
              heuristic's (with --autotune-extra; an experiment, not the library's)
-  floor_mat  floor under max_autotune: Inductor's own mm choices on the ready input
   floor      F.linear(x, W, b) on an already materialized x (cuBLAS alone)
 
 and times each by GPU device time (``device_time.kernel_time_us``), repeated
@@ -124,7 +125,7 @@ UPSTREAM_MAX_N = 96
 UPSTREAM_MIN_CAT_BYTES = 512 * 1024 * 1024
 UPSTREAM_MAX_PARTS = 3
 UPSTREAM_MIN_PIECE = 8
-AUTOTUNE_VARIANTS = ("stock_mat", "patched_mat")
+AUTOTUNE_VARIANTS = ("stock_mat", "patched_mat", "floor_mat")
 
 
 # --producers: what makes the pieces. "relu": a relu'd first piece; the last
@@ -374,7 +375,7 @@ def main(argv=None):
     p.add_argument("--modes", default="fwd", help="fwd, fwd+bwd or both (comma-separated)")
     p.add_argument("--autotune", action="store_true", help="add the max_autotune pair")
     p.add_argument("--autotune-extra", action="store_true",
-                   help="with --autotune: add patched_mat_x and floor_mat (EXTRA_AUTOTUNE_CONFIGS)")
+                   help="with --autotune: add patched_mat_x (EXTRA_AUTOTUNE_CONFIGS)")
     p.add_argument("--no-native", action="store_true")
     p.add_argument("--no-upstream", action="store_true", help="leave out upstream's rewrite")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run (host time)")
@@ -407,7 +408,7 @@ def main(argv=None):
     if args.autotune:
         variants += list(AUTOTUNE_VARIANTS)
         if args.autotune_extra:
-            variants += ["patched_mat_x", "floor_mat"]
+            variants += ["patched_mat_x"]
     dtype = getattr(torch, args.dtype)
     idx = range(len(SHAPES)) if args.shapes is None else map(int, args.shapes.split(","))
     cuda = args.device == "cuda"
