@@ -197,10 +197,11 @@ def main():
                 name = f"{mode}:{'x'.join(map(str, cfg))}"
                 try:
                     if mode == "unfolded":
+                        # the relu written into the buffer the one loop then reads
                         inner = launcher("ready", made, w, b, out, cfg)
 
                         def fn(inner=inner):
-                            made[0] = torch.relu(src[0])
+                            torch.clamp_min(src[0], 0.0, out=made[0])  # relu, into made[0]
                             return inner()
                     else:
                         fn = launcher(mode, made if mode == "ready" else src, w, b, out, cfg)

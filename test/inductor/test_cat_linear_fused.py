@@ -900,7 +900,10 @@ class CatLinearFusedTest(TestCase):
             )
             self.assertTrue(relu_cb.compute_bound(ridge) and relu_cb.folded)
             tuned_cb = cost.decide(relu_cb)
-            self.assertEqual((tuned_cb.form, tuned_cb.prologues), ("mm", ()))
+            self.assertEqual(
+                (tuned_cb.form, tuned_cb.counter, tuned_cb.prologues),
+                ("mm", "autotune", ()),
+            )
             tuned_made_cb = cuda_site(
                 (1024, 1024), 1024, produced=made, max_autotune=True
             )
