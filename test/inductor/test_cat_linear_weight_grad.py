@@ -1,5 +1,6 @@
 # Owner(s): ["module: inductor"]
 import functools
+from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 
@@ -414,6 +415,61 @@ class CatLinearWeightGradTest(TestCase):
             if dynamic_rows:
                 torch._dynamo.mark_dynamic(a, 0)
         self.common(fn, args, False if made == "first" else None)
+
+    def test_weight_grad_saves_what_the_decision_reads_in_place(self):
+        # a produced piece saves its trip through the cat only where the
+        # template computes it in its loads; where the decision reads it from
+        # its own buffer (a compute-bound site), only the other pieces count
+        from torch._inductor.fx_passes import (
+            cat_linear_decision as cost,
+            cat_linear_lowering as lowering,
+            cat_linear_weight_grad as weight_grad,
+        )
+
+        site = cost.CatLinearSite(
+            rows=512,
+            widths=(128, 256, 256),
+            n=512,
+            dtype=torch.bfloat16,
+            device=torch.device("cuda"),
+            produced=(False, True, True),
+        )
+        self.assertEqual(site.folded, (False, True, True))
+        for prologues, width in [((), 128), (site.folded, 640)]:
+            decision = cost.Decision("mm", "taken", "roofline", prologues)
+            with (
+                mock.patch.object(lowering, "taken", return_value=decision),
+                mock.patch.object(lowering, "site", return_value=site),
+            ):
+                saved = weight_grad._site_taken(mock.Mock(), {}).saved_bytes()
+            self.assertEqual(saved, 2 * 512 * width * 2)
+
+    @requires_cuda_and_triton
+    def test_weight_grad_keeps_the_cat_where_produced_pieces_stay_unfolded(self):
+        # 1024 x relu(512) + 2 x 512 -> 1024, compute-bound over few waves on
+        # an H100's or H200's figures: the forward template would read the two
+        # produced pieces from their own buffers, so the split would save only
+        # the relu'd piece's trip through the cat, less than the gradient's two
+        # extra reads of grad (1024 x 1024)
+        from torch._inductor.fx_passes import cat_linear_decision as cost
+
+        site = cost.CatLinearSite(
+            rows=1024,
+            widths=(512, 512, 512),
+            n=1024,
+            dtype=torch.bfloat16,
+            device=torch.device("cuda"),
+            produced=(False, True, True),
+        )
+        decision = cost.decide(site)
+        if decision.form != "mm" or any(decision.prologues):
+            self.skipTest(f"this device's figures decide {decision}")
+
+        def fn(a, b, c, w):
+            return F.linear(torch.cat([torch.relu(a), b * 2.0, c * 2.0], -1), w)
+
+        args = make_inputs((1024,), (512, 512, 512), 1024, torch.bfloat16, "cuda")
+        self.common(fn, args[:4], False, None)
 
     @requires_cuda_and_triton
     @parametrize("matmul", [False, True])

@@ -31,6 +31,7 @@ it, as with the joint graph's other patterns.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any, TYPE_CHECKING
@@ -253,9 +254,14 @@ def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
     """The forward site as the decision sees it, where the lowering takes it
     once the weight gradients are split (its cat's readers are checked by
     the caller); else None."""
-    if not lowering.taken(match, opts, decline=_not_taken):
+    decision = lowering.taken(match, opts, decline=_not_taken)
+    if decision is None:
         return None
-    site = lowering.site(match)
+    # the pieces it reads in place or computes in its loads (a compute-bound
+    # site reads its produced pieces from their own buffers)
+    site = dataclasses.replace(
+        lowering.site(match), prologue_fusion=any(decision.prologues)
+    )
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
         # pad_mm, a pattern of the same pass, may pad the forward GEMM after
         # this split: the post-grad lowering would then not see its cat
