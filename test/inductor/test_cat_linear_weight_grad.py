@@ -445,7 +445,7 @@ class CatLinearWeightGradTest(TestCase):
             self.assertEqual(saved, 2 * 512 * width * 2)
 
     @requires_cuda_and_triton
-    def test_weight_grad_keeps_the_cat_where_produced_pieces_stay_unfolded(self):
+    def test_weight_grad_keeps_the_cat_cuda_unfolded_pieces(self):
         # 1024 x relu(512) + 2 x 512 -> 1024, compute-bound over few waves on
         # an H100's or H200's figures: the forward template would read the two
         # produced pieces from their own buffers, so the split would save only
