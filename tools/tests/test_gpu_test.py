@@ -242,6 +242,23 @@ def test_gpu_test_is_a_subcommand():
     assert r.returncode == 0 and "NCCL_NVLS_ENABLE=0" in r.stdout and "--upstream-tests" in r.stdout
 
 
+def test_every_gpu_marked_test_is_selected_by_name():
+    # gpu-test runs the tests that pytest's ``-k "cuda or gpu"`` selects; a test behind a GPU marker whose name (and
+    # class's) says neither would skip in CI and never run on a GPU either
+    import ast
+
+    unselected = []
+    for path in sorted((REPO_ROOT / "test" / "inductor").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        for cls in [n for n in tree.body if isinstance(n, ast.ClassDef)]:
+            for fn in [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]:
+                marks = [*cls.decorator_list, *fn.decorator_list]
+                gpu = any(gt.GPU_TEST_MARKERS.search(ast.unparse(d)) for d in marks)
+                if gpu and not any(w in f"{cls.name}.{fn.name}".lower() for w in ("cuda", "gpu")):
+                    unselected.append(f"{path.name}::{cls.name}::{fn.name}")
+    assert unselected == []
+
+
 def test_inductor_suites_select_the_gpu_tests():
     # by default the files with GPU tests, and in them the tests that name the device; --all-tests: every file
     pytest_cmd = ["python", "-m", "pytest"]
