@@ -1,4 +1,5 @@
 # Owner(s): ["module: inductor"]
+import contextlib
 import functools
 from unittest import mock
 
@@ -416,60 +417,61 @@ class CatLinearWeightGradTest(TestCase):
                 torch._dynamo.mark_dynamic(a, 0)
         self.common(fn, args, False if made == "first" else None)
 
-    def test_weight_grad_saves_what_the_decision_reads_in_place(self):
-        # a produced piece saves its trip through the cat only where the
-        # template computes it in its loads; where the decision reads it from
-        # its own buffer (a compute-bound site), only the other pieces count
-        from torch._inductor.fx_passes import (
-            cat_linear_decision as cost,
-            cat_linear_lowering as lowering,
-            cat_linear_weight_grad as weight_grad,
-        )
+    @parametrize("n,split", [(16, True), (64, False)])
+    def test_weight_grad_counts_no_produced_piece_as_saved(self, n, split):
+        # relu(a) is read by the cat and by its own backward, b * 2.0 by the
+        # cat alone: a fused producer, which the template could compute in its
+        # loads; once split, the backward reads b * 2.0 too, so the forward
+        # writes it to a buffer of its own (as stock writes it into the cat)
+        # and only relu(a) saves its trip through the cat, 2 x 8 x 16 floats.
+        # The gradient's extra read of grad (8 x n) costs less at n = 16 and
+        # more at n = 64 (counting b * 2.0 too would split at 64 as well)
+        from torch._inductor.fx_passes import cat_linear_decision as cost
+        from torch._inductor.kernel import cat_linear as kernel
 
-        site = cost.CatLinearSite(
-            rows=512,
-            widths=(128, 256, 256),
-            n=512,
-            dtype=torch.bfloat16,
-            device=torch.device("cuda"),
-            produced=(False, True, True),
-        )
-        self.assertEqual(site.folded, (False, True, True))
-        for prologues, width in [((), 128), (site.folded, 640)]:
-            decision = cost.Decision("mm", "taken", "roofline", prologues)
-            with (
-                mock.patch.object(lowering, "taken", return_value=decision),
-                mock.patch.object(lowering, "site", return_value=site),
+        def fn(a, b, w):
+            return F.linear(torch.cat([torch.relu(a), b * 2.0], -1), w)
+
+        args = make_inputs((8,), (16, 48), n, bias=False)
+        with contextlib.ExitStack() as stack:
+            # the forced template reported available on a CPU, given no
+            # config: the decision folds b * 2.0, the lowering falls back
+            for name, value in (
+                ("why_no_template", None),
+                ("can_use_template", True),
+                ("_default_config", None),
             ):
-                saved = weight_grad._site_taken(mock.Mock(), {}).saved_bytes()
-            self.assertEqual(saved, 2 * 512 * width * 2)
+                stack.enter_context(mock.patch.object(kernel, name, return_value=value))
+            stack.enter_context(
+                mock.patch.object(cost, "has_template", return_value=True)
+            )
+            self.common(fn, args, split, form="mm")
 
     @requires_cuda_and_triton
-    def test_weight_grad_keeps_the_cat_cuda_unfolded_pieces(self):
-        # 1024 x relu(512) + 2 x 512 -> 1024, compute-bound over few waves on
-        # an H100's or H200's figures: the forward template would read the two
-        # produced pieces from their own buffers, so the split would save only
-        # the relu'd piece's trip through the cat, less than the gradient's two
-        # extra reads of grad (1024 x 1024)
+    @parametrize("n,split", [(256, True), (1024, False)])
+    def test_weight_grad_cuda_counts_no_produced_piece_as_saved(self, n, split):
+        # as above on the device's own decision: relu(a) is read by its
+        # backward too, b * 2.0 and c * 2.0 by the cat alone; split, only
+        # relu(a)'s trip through the cat (2 x 1024 x 512) is saved, against the
+        # gradient's two extra reads of grad (2 x 1024 x n)
         from torch._inductor.fx_passes import cat_linear_decision as cost
 
         site = cost.CatLinearSite(
             rows=1024,
             widths=(512, 512, 512),
-            n=1024,
+            n=n,
             dtype=torch.bfloat16,
             device=torch.device("cuda"),
             produced=(False, True, True),
         )
-        decision = cost.decide(site)
-        if decision.form != "mm" or any(decision.prologues):
-            self.skipTest(f"this device's figures decide {decision}")
+        if cost.decide(site).form != "mm":
+            self.skipTest(f"this device's figures decline {site}")
 
         def fn(a, b, c, w):
             return F.linear(torch.cat([torch.relu(a), b * 2.0, c * 2.0], -1), w)
 
-        args = make_inputs((1024,), (512, 512, 512), 1024, torch.bfloat16, "cuda")
-        self.common(fn, args[:4], False, None)
+        args = make_inputs((1024,), (512, 512, 512), n, torch.bfloat16, "cuda")
+        self.common(fn, args[:4], split, None)
 
     @requires_cuda_and_triton
     @parametrize("matmul", [False, True])

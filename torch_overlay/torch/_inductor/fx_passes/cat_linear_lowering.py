@@ -196,18 +196,15 @@ def match_site(gemm: torch.fx.Node) -> Match | None:
     return next((match for match in matches if is_match(match)), None)
 
 
-def taken(
-    match: Match, opts: dict[str, Any], decline: Decline = _quiet
-) -> cost.Decision | None:
-    """How the lowering takes this site, its cat's other readers aside (None:
-    it does not)."""
+def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool:
+    """Whether the lowering takes this site, its cat's other readers aside."""
     gemm = match.output_node()
     if summed_by_mm_plus_mm(gemm):
-        decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
-        return None
-    if not can_fuse_cat_mm(match, decline=decline, readers=False):
-        return None
-    return should_fuse_cat_mm(match, opts, decline=decline)
+        return decline("mm_plus_mm", "mm_plus_mm takes it", gemm)
+    return (
+        can_fuse_cat_mm(match, decline=decline, readers=False)
+        and should_fuse_cat_mm(match, opts, decline=decline) is not None
+    )
 
 
 def _readers_taken(gemm: torch.fx.Node) -> bool:

@@ -18,8 +18,10 @@ A cat's gradients are split all or none: only where, once they all are,
 every other reader of the cat is a forward site the lowering takes (the same
 checks and decision, asked without counting; several heads may read one
 cat, and equal cats count as one, since the partitioner's CSE merges them
-after this pass); where the cat the forward then saves costs more than the
-gradients' extra reads; and where no piece is a tensor the caller holds (a
+after this pass); where the cat the forward would save costs more than the
+gradients' extra reads (counting only the pieces not made by a fused
+producer: once split, the forward writes those to buffers of their own,
+which the backward reads, as stock writes them into the cat); and where no piece is a tensor the caller holds (a
 graph input or output, or a view of one), which the caller may write before
 the backward runs.  None is split where ``pad_mm`` (a pattern of the same
 pass) may pad a forward GEMM or ``mm_plus_mm`` takes it, nor where a
@@ -211,8 +213,10 @@ def _check(match: Match) -> bool:
     if not _gradient_reader(reader, _reads(cat)):
         log.debug("keeping %s: it reads the cat twice, or through a view", reader)
         return False
-    # The class of equal cats, in graph order, decides as one: every
-    # gradient's check below sees the same cats, pieces and sites.
+    # The class of equal cats, in graph order, decides as one: the first
+    # gradient's check sees the graph before any split, and a split only adds
+    # readers to the pieces, so the later checks (which then count every piece
+    # as saved, against fewer gradients) follow it.
     cats = _equal_cats(cat)
     parts = [part for other in cats for part in other.all_input_nodes]
     if _caller_reachable(parts, reader.graph):
@@ -251,17 +255,15 @@ def _check(match: Match) -> bool:
 
 
 def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
-    """The forward site as the decision sees it, where the lowering takes it
-    once the weight gradients are split (its cat's readers are checked by
-    the caller); else None."""
-    decision = lowering.taken(match, opts, decline=_not_taken)
-    if decision is None:
+    """The forward site, where the lowering takes it once the weight gradients
+    are split (its cat's readers are checked by the caller), as it is then
+    read: no piece computed in the template's loads; else None."""
+    if not lowering.taken(match, opts, decline=_not_taken):
         return None
-    # the pieces it reads in place or computes in its loads (a compute-bound
-    # site reads its produced pieces from their own buffers)
-    site = dataclasses.replace(
-        lowering.site(match), prologue_fusion=any(decision.prologues)
-    )
+    # once split, the backward reads every piece, so the forward computes none
+    # in its loads: a produced piece is written to a buffer of its own, as
+    # stock writes it into the cat, and saves nothing
+    site = dataclasses.replace(lowering.site(match), prologue_fusion=False)
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
         # pad_mm, a pattern of the same pass, may pad the forward GEMM after
         # this split: the post-grad lowering would then not see its cat
