@@ -954,6 +954,15 @@ class CatLinearFusedTest(TestCase):
             self.assertIsNone(cost.ridge_point(torch.device("cuda", 0), torch.bfloat16))
         self.assertIsNone(cost.ridge_point(torch.device("cpu"), torch.float32))
 
+    def test_cat_linear_decision_fp32_has_no_template(self):
+        # the figures are there; the template is 16-bit only
+        with h100_figures():
+            self.assertEqual(
+                cost.decide(cuda_site((128, 128), 64, dtype=torch.float32)).counter,
+                "no_template",
+            )
+            self.assertEqual(cost.decide(cuda_site((128, 128), 64)).counter, "roofline")
+
     # ---- generated programs through the whole compile -------------------------
 
     @settings(max_examples=12, deadline=None, derandomize=True, database=None)

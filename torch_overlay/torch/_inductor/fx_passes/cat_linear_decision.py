@@ -222,6 +222,8 @@ def decide(site: CatLinearSite) -> Decision:
         # the C++ backend writes pointwise pieces into the cat buffer, and one
         # GEMM on it wins
         return Decision(None, f"no in-place GEMM on {site.device.type}", "device")
+    if not has_template(site.device, site.dtype):
+        return Decision(None, f"no in-place template for {site.dtype}", "no_template")
     ridge = ridge_point(site.device, site.dtype)
     if ridge is None:
         return Decision(None, f"no roofline figures for {site.dtype}", "no_figures")
