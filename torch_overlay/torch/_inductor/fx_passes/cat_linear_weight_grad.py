@@ -21,9 +21,9 @@ cat, and equal cats count as one, since the partitioner's CSE merges them
 after this pass); where the cat the forward would save costs more than the
 gradients' extra reads (counting only the pieces not made by a fused
 producer: once split, the forward writes those to buffers of their own,
-which the backward reads, as stock writes them into the cat); and where no piece is a tensor the caller holds (a
-graph input or output, or a view of one), which the caller may write before
-the backward runs.  None is split where ``pad_mm`` (a pattern of the same
+which the backward reads, as stock writes them into the cat); and where no
+piece is a tensor the caller holds (a graph input or output, or a view of
+one), which the caller may write before the backward runs.  None is split where ``pad_mm`` (a pattern of the same
 pass) may pad a forward GEMM or ``mm_plus_mm`` takes it, nor where a
 selective-checkpoint policy saves the cat.  Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]`` where the joint graph is
