@@ -1,11 +1,10 @@
 """
-Whether ``linear(cat(parts, -1), W, b)`` is worth computing without the cat.
+Whether ``linear(cat(parts, -1), W, b)`` pays computed without the cat.
 
-All a form can save over stock's GEMM is a write and a read of each piece
-through the cat buffer; for a piece made by a pointwise op or a gather, only
-where the template computes it in its loads (stock writes such a producer
-straight into the cat).  So the best case is ``(gemm + cat) / gemm``, both at
-their roofline cost from the device's figures; nothing is timed.
+The most it saves is a write and a read of each piece through the cat (of a
+pointwise-made piece, only where the template computes it in its loads: stock
+writes it straight into the cat), so the best case is ``(gemm + cat) / gemm``
+at roofline cost from the device's figures; nothing is timed.
 """
 
 from __future__ import annotations
@@ -30,32 +29,26 @@ log = logging.getLogger(__name__)
 # Sustained fractions of the peak GEMM rate and of the peak DRAM bandwidth.
 GEMM_EFFICIENCY = 0.65
 COPY_EFFICIENCY = 0.87
-# A form must beat stock's roofline by this much: below it, kernel
-# efficiency decides, which the roofline cannot see.
+# Below this best case kernel efficiency decides, which a roofline cannot see.
 MARGIN = 1.1
-# The best case from which a memory-bound site is taken in the per-piece
-# loops layout (at 2 stages it trailed cuBLAS on a ready input by this much).
+# A memory-bound site in the per-piece loops needs this best case: they
+# trail cuBLAS on a ready cat by this much.
 LOOPS_MIN_BOUND = 1.3
-# The template's one loop trails cuBLAS at a compute-bound GEMM, most where
-# K is short: such a site needs this best case and this K, unless stock's
-# GEMM is off its aligned paths.
+# The one loop trails cuBLAS at a compute-bound GEMM, most at short K: such
+# a site needs this best case and K, unless stock's GEMM is unaligned.
 COMPUTE_BOUND_MIN_BOUND = 1.25
 COMPUTE_BOUND_MIN_K = 1024
-# ... but a GEMM of at most this many waves of its output tiles (one tile per
-# multiprocessor a wave) runs at its tiles' latency, in cuBLAS as in the one
-# loop over 64-wide K tiles, which comes close to cuBLAS there: such a site is
-# decided as a memory-bound one.  Measured so only in that layout; over 32-wide
-# K tiles two such sites lost to stock.
+# ... but within this many waves of output tiles (of the default one-loop
+# config's size) both run at a tile's latency, and over 64-wide K tiles the
+# one loop comes close to cuBLAS (over 32-wide ones it lost at two sites).
 LATENCY_BOUND_MAX_WAVES = 2
-# The output tile of the wide one-loop table's first entry.
 WAVE_TILE = 128
 # Pieces the in-place forms take; more never pay.
 MAX_PARTS = 4
 # The one-loop layout's K tiles, in the order the default mode tries them.
 ONE_LOOP_BLOCK_KS = (64, 32)
-# A gather in the template's loads runs once per column tile, and one along K
-# reads uncoalesced: only one along rows is, where one tile covers N (as the
-# per-piece loops' default configs do), and not under max_autotune.
+# A gather in the loads runs once per column tile (and along K does not
+# coalesce): only a gather of rows, where one default tile covers N.
 GATHER_MAX_N = 128
 
 
@@ -67,8 +60,8 @@ def whole_tiles(widths: Sequence[Any], block_k: int) -> bool:
 
 
 def one_loop_tiles(widths: Sequence[Any], block_k: int) -> bool:
-    """Whether each of the one K loop's tiles lies in one piece: every piece
-    but the last is whole tiles (the last one's tail is masked, as in mm's)."""
+    """Whether each tile of the one K loop lies in one piece (the last
+    piece's tail is masked, as in mm's)."""
     return whole_tiles(widths[:-1], block_k)
 
 
@@ -91,18 +84,16 @@ def ridge_point(device: torch.device, dtype: torch.dtype) -> float | None:
             flops = get_device_tflops(dtype) * 1e12
             dram = get_gpu_dram_gbps() * 1e9
     except Exception:
-        # as pad_mm: a failing lookup means no figures, never a failed compile
+        # as pad_mm: no figures, never a failed compile
         log.debug("no device figures for %s on %s", dtype, device, exc_info=True)
         return None
     if not (flops >= 1e12 and dram > 0):
-        # a figure off by orders of magnitude would screen out every site
-        return None
+        return None  # off by orders of magnitude: would screen out every site
     return flops * GEMM_EFFICIENCY / (dram * COPY_EFFICIENCY)
 
 
 def multiprocessors(device: torch.device) -> int | None:
-    """The multiprocessors a kernel's programs run on (Inductor's count, less
-    any carveout); None where it is unknown."""
+    """Inductor's multiprocessor count (less any carveout), or None."""
     from ..utils import get_num_sms
 
     try:
@@ -133,17 +124,13 @@ class CatLinearSite:
     n: int
     dtype: torch.dtype
     device: torch.device
-    # Per part: made by a pointwise or gather op that stock fuses into the cat.
-    produced: tuple[bool, ...]
-    # Per part: None, or how its producer loads through an index: "rows"
-    # (each index picks whole rows) or "other".
+    produced: tuple[bool, ...]  # made by an op that stock fuses into the cat
+    # how each producer loads through an index: None, "rows" or "other"
     gathers: tuple[str | None, ...] = ()
     max_autotune: bool = False
-    # Whether stock's GEMM reads aligned rows (the cat's K, the weight's
-    # leading stride, as pad_mm counts alignment); else cuBLAS is slower.
+    # stock's K and weight stride aligned, as pad_mm counts it (cuBLAS's fast path)
     gemm_aligned: bool = True
     prologue_fusion: bool = True  # config.prologue_fusion
-    # Whether the GEMM's rows and N are static (else the decision sees hints).
     static_shape: bool = True
 
     @property
@@ -156,10 +143,9 @@ class CatLinearSite:
 
     @property
     def folded(self) -> tuple[bool, ...]:
-        """Per piece, whether the template computes it in its loads (its
-        per-piece loops read it through ``load_input``): a produced piece whose
-        producer is cheap there (a gather only along rows, into one column
-        tile).  Empty where it computes none."""
+        """Per piece, whether the template computes it in its loads (through
+        ``load_input``): a produced piece, a gather only of rows into one
+        column tile.  Empty where it computes none."""
         gathers = self.gathers or (None,) * len(self.produced)
         one_tile = self.n <= GATHER_MAX_N and not self.max_autotune
         folded = tuple(
@@ -193,10 +179,9 @@ class CatLinearSite:
         return compute_bound(self.rows, self.k, self.n, self.itemsize, ridge)
 
     def latency_bound(self, multiprocessors: int | None) -> bool:
-        """Whether the template's one loop over 64-wide K tiles reads every
-        piece in place and the GEMM's output tiles fill at most
-        ``LATENCY_BOUND_MAX_WAVES`` waves of the device's multiprocessors (at
-        static sizes only: a bound on the rows a hint cannot give)."""
+        """Whether the one loop over 64-wide K tiles reads every piece and the
+        output tiles fill at most ``LATENCY_BOUND_MAX_WAVES`` waves (static
+        sizes only: a hint bounds no rows)."""
         one_loop = self.one_loop and one_loop_tiles(self.widths, ONE_LOOP_BLOCK_KS[0])
         if not (multiprocessors and one_loop and self.static_shape):
             return False
@@ -206,8 +191,8 @@ class CatLinearSite:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """The form a site takes (None: stock), why, the counter it bumps
-    (``cat_linear_<counter>``), and the pieces computed in the loads."""
+    """A site's form (None: stock), why, its ``cat_linear_<counter>``, and
+    the pieces computed in the loads."""
 
     form: str | None
     reason: str
@@ -216,11 +201,9 @@ class Decision:
 
 
 def decide(site: CatLinearSite) -> Decision:
-    """The policy for one GEMM of a forward or backward graph, from the site
-    alone (shapes, dtype, producers) and the device's figures."""
+    """The policy for one GEMM, from the site alone and the device's figures."""
     if site.device.type != "cuda":
-        # the C++ backend writes pointwise pieces into the cat buffer, and one
-        # GEMM on it wins
+        # the C++ backend writes pieces into the cat, and one GEMM on it wins
         return Decision(None, f"no in-place GEMM on {site.device.type}", "device")
     if not has_template(site.device, site.dtype):
         return Decision(None, f"no in-place template for {site.dtype}", "no_template")
@@ -229,21 +212,18 @@ def decide(site: CatLinearSite) -> Decision:
         return Decision(None, f"no roofline figures for {site.dtype}", "no_figures")
     bound = site.speedup_bound(ridge)
     best = f"best case {bound:.2f}x"
-    # cuBLAS's kernels for unaligned rows take several times its aligned
-    # ones at a compute-bound GEMM; the template trails it much less there,
-    # even on pieces at unaligned rows (it copies an input weight to aligned
-    # rows)
+    # cuBLAS's unaligned kernels take several times its aligned ones when
+    # compute-bound; the template (a weight copied to aligned rows) much less
     if bound < MARGIN and (site.gemm_aligned or not site.compute_bound(ridge)):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
     compute_bound = site.compute_bound(ridge)
     if compute_bound and site.folded:
         # the per-piece loops trail cuBLAS most here (and max_autotune times
-        # them without the producers, which the scheduler fuses in later):
-        # read the produced pieces from their own buffers instead
+        # them without the producers): read the pieces from their own buffers
         return decide(dataclasses.replace(site, prologue_fusion=False))
     if site.max_autotune:
         return Decision("mm", "max_autotune benchmarks it", "autotune", site.folded)
-    # a site declined below is one that only max_autotune's timing can settle
+    # what is declined below only max_autotune's timing can settle
     if compute_bound and site.latency_bound(multiprocessors(site.device)):
         return Decision("mm", f"{best}, compute-bound over few waves", "roofline")
     if compute_bound:

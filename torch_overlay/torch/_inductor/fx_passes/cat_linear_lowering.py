@@ -1,14 +1,10 @@
 """
-``cat_linear``: ``linear(cat(parts, -1), W, b)`` lowered without the cat.
-
-Post-grad it is ``addmm(b, cat(parts, 1), permute(W))`` (through a ``view``
-for 3-D parts): one GEMM split along K, whose pieces can be read where they
-live.  Registered from ``post_grad.py`` like ``mm_plus_mm``:
+``linear(cat(parts, -1), W, b)``, post-grad ``addmm(b, cat(parts, 1), W.t())``
+(3-D parts through a ``view``), lowered without the cat, like ``mm_plus_mm``:
 ``can_fuse_cat_mm`` says a site is exact, ``should_fuse_cat_mm`` that it pays.
-
-``pre_grad_fusion_options["cat_linear"]`` turns it on; ``{"form": ...}``
-forces ``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.
-Counters: ``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline.
+On with ``pre_grad_fusion_options["cat_linear"]``; ``{"form": ...}`` forces
+``"mm"`` (the template), ``"view"`` (per-piece GEMMs) or ``"off"``.  Counters:
+``cat_linear`` per site taken, ``cat_linear_<reason>`` per decline.
 """
 
 from __future__ import annotations
@@ -64,10 +60,6 @@ def _decline(key: str, reason: str, node: torch.fx.Node) -> bool:
     return False
 
 
-def _quiet(key: str, reason: str, node: torch.fx.Node) -> bool:
-    return False
-
-
 def _val(node: Any) -> torch.Tensor | None:
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return val if isinstance(val, torch.Tensor) else None
@@ -78,7 +70,7 @@ def hint(size: Any) -> int:
     return optimization_hint(size, fallback=config.unbacked_symint_fallback)
 
 
-# Gathers Inductor lowers to a pointwise loop (an indirect load).
+# lowered to a pointwise loop of indirect loads
 _GATHERS = (
     aten.index.Tensor,
     aten.index_select.default,
@@ -88,17 +80,14 @@ _GATHERS = (
 
 
 def _lowers_to_pointwise(target: Any) -> bool:
-    """Whether Inductor lowers ``target`` to a pointwise loop, which it
-    inlines into its readers."""
     return isinstance(target, torch._ops.OpOverload) and (
         torch.Tag.pointwise in target.tags or target in _GATHERS
     )
 
 
 def _is_fused_producer(node: torch.fx.Node) -> bool:
-    """A single-user pointwise op or gather: stock writes it straight into
-    the cat, and the template can compute it in its loads.  (One with other
-    readers is fused with them first, and then into no template.)"""
+    """A single-user pointwise op or gather, which stock writes straight
+    into the cat and the template can compute in its loads."""
     return (
         node.op == "call_function"
         and len(node.users) == 1
@@ -107,9 +96,8 @@ def _is_fused_producer(node: torch.fx.Node) -> bool:
 
 
 def _reads_rows(gather: torch.fx.Node) -> bool:
-    """Whether ``gather`` picks whole rows, each read contiguously: an
-    ``embedding``, or integer indices on the leading dims of a source whose
-    last dim is contiguous (a boolean mask is no loop of loads at all)."""
+    """Whether ``gather`` picks whole contiguous rows (``embedding``, or
+    integer indices on leading dims of a source contiguous in its last)."""
     src = _val(gather.args[0])
     if src is None or src.dim() == 0 or src.stride(-1) != 1:
         return False
@@ -124,9 +112,8 @@ def _reads_rows(gather: torch.fx.Node) -> bool:
 
 
 def _gather_kind(node: torch.fx.Node) -> str | None:
-    """How a fused producer's loop, with what Inductor inlines into it, loads
-    through an index: None (it does not), ``"rows"`` (every gather picks
-    whole rows, through no view) or ``"other"``."""
+    """How a fused producer's loop, inlined inputs included, loads through
+    an index: None, ``"rows"`` (whole rows, through no view) or ``"other"``."""
     kind, todo, seen = None, [(node, False)], {node}
     while todo:
         cur, viewed = todo.pop()
@@ -156,8 +143,7 @@ def gemm_cat(gemm: torch.fx.Node) -> Any:
 
 
 def _reads_cat_twice(gemm: torch.fx.Node) -> bool:
-    """Whether ``gemm`` also reads its cat as its bias or ``mat2``
-    (``addmm(z, z, W)``, ``mm(z, z)``), which then needs it in memory."""
+    """Whether ``gemm`` reads its cat as its bias or ``mat2`` too."""
     lhs = 1 if gemm.target is aten.addmm.default else 0
     cat = gemm_cat(gemm)
     return any(_unviewed(a) is cat for i, a in enumerate(gemm.args) if i != lhs)
@@ -171,7 +157,6 @@ def cat_readers(cat: torch.fx.Node) -> list[torch.fx.Node]:
     return [r for r in readers if r.target is not aten.sym_size.int]
 
 
-# mm_plus_mm's pattern in post_grad.py, whose matches its own check decides
 _SUMMED_MMS = CallFunction(
     aten.add,
     CallFunction(aten.mm.default, KeywordArg("mat1"), KeywordArg("mat2")),
@@ -180,7 +165,7 @@ _SUMMED_MMS = CallFunction(
 
 
 def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
-    """Whether ``mm_plus_mm``'s lowering, found first in the same pass, takes
+    """Whether ``mm_plus_mm``, found first in the same pass, takes
     ``gemm``'s sum."""
     from .post_grad import is_valid_mm_plus_mm
 
@@ -191,12 +176,13 @@ def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
 
 
 def match_site(gemm: torch.fx.Node) -> Match | None:
-    """``gemm``'s site as the lowering's patterns match it (None: not one)."""
     matches = (pattern.match(gemm) for pattern in patterns())
     return next((match for match in matches if is_match(match)), None)
 
 
-def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool:
+def taken(
+    match: Match, opts: dict[str, Any], decline: Decline = lambda *_: False
+) -> bool:
     """Whether the lowering takes this site, its cat's other readers aside."""
     gemm = match.output_node()
     if summed_by_mm_plus_mm(gemm):
@@ -208,8 +194,7 @@ def taken(match: Match, opts: dict[str, Any], decline: Decline = _quiet) -> bool
 
 
 def _readers_taken(gemm: torch.fx.Node) -> bool:
-    """Whether every other reader of ``gemm``'s cat is a site the lowering
-    takes too (several heads on one cat), so nothing needs the cat."""
+    """Whether every other reader of ``gemm``'s cat is a site taken too."""
     cat, opts = gemm_cat(gemm), options() or {}
     for user in cat_readers(cat):
         if user is not gemm and (
@@ -224,8 +209,8 @@ def _readers_taken(gemm: torch.fx.Node) -> bool:
 def can_fuse_cat_mm(
     match: Match, *, decline: Decline = _decline, readers: bool = True
 ) -> bool:
-    """Is this ``mm``/``addmm`` of a cat a site the lowering computes exactly?
-    ``readers=False``: its cat's other readers are the caller's concern."""
+    """Whether the lowering computes this site exactly (``readers=False``:
+    the cat's other readers aside)."""
     gemm = match.output_node()
     if gemm.kwargs.get("beta", 1) != 1 or gemm.kwargs.get("alpha", 1) != 1:
         # the template adds the bias unscaled (beta=0 must ignore a NaN bias)
@@ -233,8 +218,7 @@ def can_fuse_cat_mm(
     if _reads_cat_twice(gemm):
         return decline("cat_users", "the GEMM reads the cat twice", gemm)
     if readers and not _readers_taken(gemm):
-        # another reader needs the cat in memory (a training forward whose
-        # weight gradient reads it): reading the pieces in place saves nothing
+        # e.g. the weight gradient: the cat stays, reading in place saves nothing
         return decline("cat_users", "the cat has other users", gemm)
     parts = match.kwargs["parts"]
     if not 2 <= len(parts) <= cost.MAX_PARTS:
@@ -266,8 +250,8 @@ def can_fuse_cat_mm(
 
 
 def laid_out(match: Match) -> tuple[bool, ...]:
-    """Per piece, whether the lowering lays it out at aligned rows: one it
-    realizes (a fused producer's), of a 2-D site, at least a vector wide."""
+    """Per piece, whether to lay it out at aligned rows: a fused producer's
+    output of a 2-D site, at least a vector wide."""
     align = get_alignment_size_dtype(match.output_node().meta["val"].dtype)
     return tuple(
         "size" not in match.kwargs
@@ -350,8 +334,7 @@ def _check(match: Match) -> bool:
 def _meaning(
     *, parts: Any, dim: int, mat2: Any, bias: Any = None, size: Any = None, **_: Any
 ) -> torch.Tensor:
-    """A taken site on fake tensors: its metadata for the FakeTensorUpdater,
-    and the result where a cond/while_loop body is re-run on them."""
+    """A taken site on fake tensors (FakeTensorUpdater, cond/while_loop)."""
     lhs = torch.cat(parts, dim)
     lhs = lhs if size is None else lhs.view(size)
     return torch.mm(lhs, mat2) if bias is None else torch.addmm(bias, lhs, mat2)

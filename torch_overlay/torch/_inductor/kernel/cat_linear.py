@@ -1,7 +1,6 @@
 """
-``addmm(bias, cat(parts, 1), mat2)`` without the cat, in the form the
-lowering chose: ``"mm"``, a Triton template that reads the pieces in place, or
-``"view"``, a chain of per-piece GEMMs on any device.
+``addmm(bias, cat(parts, 1), mat2)`` without the cat: ``"mm"``, a Triton
+template reading the pieces in place, or ``"view"``, per-piece GEMMs.
 """
 
 from __future__ import annotations
@@ -62,12 +61,10 @@ def _cat_addmm(
 aten_cat_mm = ExternKernelChoice(_cat_mm, None, name="cat_linear_cat_mm")
 aten_cat_addmm = ExternKernelChoice(_cat_addmm, None, name="cat_linear_cat_addmm")
 
-# Pipeline depth of the per-piece loops, whose trip counts are constants:
-# deeper, Triton's pipeliner took compile time growing with the trip count.
+# the per-piece loops' depth: deeper, Triton's compile time grew with trip counts
 LOOPS_MAX_STAGES = 3
-# The default mode tries these in order (one-loop at the BLOCK_K the pieces
-# allow, then per-piece loops; narrower for N <= 64) and takes the first
-# that fits the shared memory.
+# default mode: the first that fits (one loop at each BLOCK_K the pieces
+# allow, then per-piece loops; narrow tables for N <= 64)
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 _ONE_LOOP_CONFIGS = {
     64: [(128, 128, 64, 8, 3), (64, 128, 64, 4, 3)],
@@ -88,7 +85,6 @@ def can_use_template(layout: ir.FixedLayout) -> bool:
 
 
 def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None:
-    """Why the template cannot compute this site here (None: it can)."""
     if not can_use_template(ir.FixedLayout(site.device, site.dtype, [1, site.n])):
         return f"no in-place template for {site.dtype} on {site.device} here"
     autotune = config.max_autotune or config.max_autotune_gemm
@@ -100,17 +96,14 @@ def why_no_template(site: cost.CatLinearSite, loops: bool = False) -> str | None
 def _layout(
     cfg: dict[str, Any], widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
-    """``cfg`` with the template's ``ONE_LOOP``, ``EVEN_K`` and
-    ``EVEN_PIECES`` flags, or None where its stages do not fit the shared
-    memory."""
+    """``cfg`` with the template's layout flags; None where it does not fit
+    the shared memory."""
     block_k = cfg["BLOCK_K"]
     one_loop = not loops and cost.one_loop_tiles(widths, block_k)
     stages = cfg["num_stages"] if one_loop else min(cfg["num_stages"], LOOPS_MAX_STAGES)
     need = stages * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * block_k * itemsize
     if need + 128 > get_gpu_shared_memory():
         return None
-    # the one loop masks no tile where every piece is whole K tiles, the
-    # per-piece loops no load of such a piece
     whole = [cost.whole_tiles([w], block_k) for w in widths]
     even_k = one_loop and all(whole)
     even_pieces = 0 if one_loop else sum(1 << i for i, w in enumerate(whole) if w)
@@ -126,7 +119,6 @@ def _layout(
 def _default_config(
     n: Any, widths: Sequence[Any], itemsize: int, loops: bool = False
 ) -> dict[str, Any] | None:
-    """The first of the default configs that fits."""
     sizevars = None if isinstance(n, int) else V.graph.sizevars
     narrow = n <= 64 if sizevars is None else sizevars.statically_known_leq(n, 64)
     one_loop_table = _ONE_LOOP_NARROW_CONFIGS if narrow else _ONE_LOOP_CONFIGS
@@ -148,7 +140,7 @@ def _heuristic_configs(
     m: Any, widths: Sequence[Any], mat2: Any, layout: ir.FixedLayout, loops: bool
 ) -> list[dict[str, Any]]:
     """The mm heuristic's configs for the site's GEMM (its cat described,
-    never made), each in the layout its BLOCK_K allows."""
+    never made), each laid out for its BLOCK_K."""
     cat = ir.Buffer(
         name="cat_linear_virtual_cat",
         layout=ir.FixedLayout(layout.device, layout.dtype, [m, sum(widths)]),
@@ -165,9 +157,8 @@ def _heuristic_configs(
 
 
 def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
-    """Let each flagged piece's pointwise producer past the scheduler's
-    prologue heuristics (which decline an fp32 prologue for a 16-bit
-    template), as ``invoke_quant``'s lowering does."""
+    """Let the flagged pieces' producers past the prologue heuristics (which
+    decline fp32 math in a 16-bit template), as ``invoke_quant`` does."""
     for part, fold in zip(parts, prologues):
         buf = V.graph.name_to_buffer.get(part.get_name()) if fold else None
         if isinstance(buf, ir.ComputedBuffer) and isinstance(buf.data, ir.Pointwise):
@@ -175,10 +166,8 @@ def _fold_producers(parts: list[Any], prologues: Sequence[bool]) -> None:
 
 
 def _aligned_rows(x: Any) -> Any:
-    """2-D ``x`` at a leading stride of a multiple of 16 bytes, so that the
-    template's row loads vectorize: ``x`` itself where it is (or its rows are
-    shorter than a vector), else laid out so (a copy where its layout is
-    fixed)."""
+    """2-D ``x`` with a 16-byte aligned leading stride, so that row loads
+    vectorize (a copy where its layout is fixed)."""
     from ..fx_passes.pad_mm import get_alignment_size_dtype, get_padded_length
 
     size, stride = x.get_size(), x.get_stride()
@@ -196,7 +185,6 @@ def _aligned_rows(x: Any) -> Any:
 
 
 def _is_flexible(x: Any) -> bool:
-    """Whether ``x``'s layout is not yet fixed (the lowering realized it)."""
     return ir.is_storage_and_layout(x) and isinstance(x.get_layout(), ir.FlexibleLayout)
 
 
@@ -216,15 +204,14 @@ def tuned_cat_mm(
     mat2 = realize_inputs(mat2)
     inp = None if bias is None else realize_inputs(expand(bias, [m, n]))
     if not can_use_template(layout):
-        # the pattern asked why_no_template first; never fail a compile here
+        # why_no_template was asked first; never fail a compile here
         return stock_mm(*given)
     widths = [p.get_size()[1] for p in parts]
     for i, free in enumerate(laid_out or ()):
         if free and _is_flexible(parts[i]):
             parts[i] = _aligned_rows(parts[i])
-    # a compute-bound GEMM reads each weight tile once per row block: there
-    # a copy at aligned rows pays for itself (a weight made in the graph keeps
-    # its layout, which its other readers may see)
+    # compute-bound, each weight tile is read once per row block: an aligned
+    # copy pays (a weight made in the graph keeps its layout for other readers)
     ridge = cost.ridge_point(layout.device, layout.dtype)
     rows, k, cols = V.graph.sizevars.optimization_hints([m, sum(widths), n])
     itemsize = layout.dtype.itemsize
@@ -266,8 +253,7 @@ def tuned_cat_mm(
 
 
 def stock_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
-    """Stock's cat and one GEMM over all of K (a 16-bit sum rounded once, as
-    stock rounds it), where the template turns out not to apply."""
+    """Stock's cat and GEMM, where the template turns out not to apply."""
     cat = pointwise_cat(list(parts), 1)
     if bias is None:
         return lowerings[aten.mm.default](cat, mat2)
@@ -275,9 +261,8 @@ def stock_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
 
 
 def split_k_mm(parts: list[Any], mat2: Any, bias: Any = None) -> Any:
-    """The product as a chain of per-piece GEMMs on row slices of ``mat2``;
-    the bias added after the whole sum, as cuBLAS adds it (pieces that
-    cancel do not round it away)."""
+    """Per-piece GEMMs on row slices of ``mat2``, chained; the bias added
+    after the sum, as cuBLAS adds it."""
     acc, start = None, 0
     for part in parts:
         width = part.get_size()[1]
