@@ -16,16 +16,16 @@ same form, and is split alike.)
 
 A cat's gradients are split all or none: only where, once they all are,
 every other reader of the cat is a forward site the lowering takes (the same
-checks and decision, asked without counting; several heads may read one
-cat, and equal cats count as one, since the partitioner's CSE merges them
-after this pass); where the cat the forward would save costs more than the
-gradients' extra reads (counting only the pieces not made by a fused
-producer: once split, the forward writes those to buffers of their own,
-which the backward reads, as stock writes them into the cat); and where no
-piece is a tensor the caller holds (a graph input or output, or a view of
-one), which the caller may write before the backward runs.  None is split where ``pad_mm`` (a pattern of the same
-pass) may pad a forward GEMM or ``mm_plus_mm`` takes it, nor where a
-selective-checkpoint policy saves the cat.  Each split bumps
+checks and decision, asked without counting; several heads may read one cat,
+and equal cats count as one, since the partitioner's CSE merges them after
+this pass); where the cat the forward would save costs more than the
+gradients' extra reads (every piece counted: a produced one too, since
+stock's cat of produced pieces runs far below the rate at which the split
+forward writes them to buffers of their own); and where no piece is a tensor
+the caller holds (a graph input or output, or a view of one), which the
+caller may write before the backward runs.  None is split where ``pad_mm``
+(a pattern of the same pass) may pad a forward GEMM or ``mm_plus_mm`` takes
+it, nor where a selective-checkpoint policy saves the cat.  Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]`` where the joint graph is
 built: an AOTAutograd cache hit reuses the split backward without bumping
 it, as with the joint graph's other patterns.
@@ -33,7 +33,6 @@ it, as with the joint graph's other patterns.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from typing import Any, TYPE_CHECKING
@@ -247,8 +246,12 @@ def _check(match: Match) -> bool:
     if site is None:
         log.debug("keeping %s: the cat feeds no cat_linear site", reader)
         return False
-    # the cat saved once, against every gradient's extra reads
-    if sum(_extra_bytes(g, site) for g in grads) >= site.saved_bytes():
+    # the cat's write and read, saved once, against every gradient's extra
+    # reads; a produced piece counts too: split, the forward writes it to a
+    # buffer of its own, but stock's cat of produced pieces runs far below
+    # that write's rate (benchmarks/README.md, "cat_linear in training")
+    cat_bytes = 2.0 * site.rows * site.k * site.itemsize
+    if sum(_extra_bytes(g, site) for g in grads) >= cat_bytes:
         log.debug("keeping %s: the gradients' extra reads cost more", reader)
         return False
     return True
@@ -256,14 +259,10 @@ def _check(match: Match) -> bool:
 
 def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
     """The forward site, where the lowering takes it once the weight gradients
-    are split (its cat's readers are checked by the caller), as it is then
-    read: no piece computed in the template's loads; else None."""
+    are split (its cat's readers are checked by the caller); else None."""
     if not lowering.taken(match, opts, decline=_not_taken):
         return None
-    # once split, the backward reads every piece, so the forward computes none
-    # in its loads: a produced piece is written to a buffer of its own, as
-    # stock writes it into the cat, and saves nothing
-    site = dataclasses.replace(lowering.site(match), prologue_fusion=False)
+    site = lowering.site(match)
     if site.device.type == "cuda" and config.shape_padding and not site.gemm_aligned:
         # pad_mm, a pattern of the same pass, may pad the forward GEMM after
         # this split: the post-grad lowering would then not see its cat
