@@ -249,7 +249,7 @@ def _check(match: Match) -> bool:
     # the cat's write and read, saved once, against every gradient's extra
     # reads; a produced piece counts too: split, the forward writes it to a
     # buffer of its own, but stock's cat of produced pieces runs far below
-    # that write's rate (benchmarks/README.md, "cat_linear in training")
+    # that write's rate
     cat_bytes = 2.0 * site.rows * site.k * site.itemsize
     if sum(_extra_bytes(g, site) for g in grads) >= cat_bytes:
         log.debug("keeping %s: the gradients' extra reads cost more", reader)
