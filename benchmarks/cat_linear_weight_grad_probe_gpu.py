@@ -1,10 +1,9 @@
 """Probe: does the weight gradient's split pay where every piece is made by a pointwise op or a gather?
 One GPU, the patched torch (the series installed), bf16, a training step (forward and backward).
 
-The split (``cat_linear_weight_grad``) counts every piece's trip through the cat as saved, a produced
-piece's too, though split the forward writes that piece to a buffer of its own, the same bytes stock's cat
-kernel writes.  Counting unproduced pieces only kept gnn's first EdgeConv cat and lost there.  Per site this
-prints the GPU time of a step (µs, ``device_time.kernel_time_us``, median of interleaved rounds) of:
+Which produced pieces save their trip through the cat once the weight gradient is split
+(``cat_linear_weight_grad._saved_bytes``)?  Split, the forward writes such a piece to a buffer of its own, the bytes
+stock's cat kernel writes.  Per site this prints the GPU time of a step (µs, ``device_time.kernel_time_us``, median of interleaved rounds) of:
 
   stock   cat_linear off
   kept    cat_linear on, the weight gradient never split (``_extra_bytes`` made infinite): the forward site

@@ -257,15 +257,15 @@ class CatLinearWeightGradTest(TestCase):
 
     def test_weight_grad_keeps_two_heads_whose_gradients_cost_more(self):
         # as above, but the second head is wide: each head alone would pay,
-        # both gradients' extra reads together (8 x (8 + 76) floats) cost
-        # more than the cat saves (2 x 8 x 40), so neither is split (one
-        # split alone would still save the cat)
+        # both gradients' extra reads together (8 x (8 + 28) floats) cost
+        # more than relu(a)'s trip through the cat saves (2 x 8 x 16), so
+        # neither is split (one split alone would still save the cat)
         def fn(a, b, w, wide):
             x = torch.cat([torch.relu(a), b * 2.0], -1)
             return F.linear(x, w).sum(-1) + F.linear(x, wide).sum(-1)
 
         args = make_inputs((8,), (16, 24), 8, bias=False)
-        args.append(torch.randn(76, 40, requires_grad=True))
+        args.append(torch.randn(28, 40, requires_grad=True))
         self.common(fn, args, False)
 
     def test_weight_grad_split_of_equal_cats_in_both_forms(self):
@@ -418,28 +418,32 @@ class CatLinearWeightGradTest(TestCase):
                 torch._dynamo.mark_dynamic(a, 0)
         self.common(fn, args, False if made == "first" else None)
 
-    @parametrize("n,split", [(64, True), (256, False)])
-    def test_weight_grad_counts_every_piece_as_saved(self, n, split):
-        # relu(a) is read by the cat and by its own backward, b * 2.0 by the
-        # cat alone: a produced piece, which the split forward writes to a
-        # buffer of its own, and which counts as saved all the same.  The cat
-        # (2 x 8 x 64 floats) against the gradient's extra read of grad
-        # (8 x n): split at n = 64, which counting relu(a) alone would keep,
-        # and kept at n = 256
-        def fn(a, b, w):
-            return F.linear(torch.cat([torch.relu(a), b * 2.0], -1), w)
+    @parametrize("n,gather,split", [(64, True, True), (64, False, False)])
+    def test_weight_grad_counts_gathered_pieces_as_saved(self, n, gather, split):
+        # relu(a) is read by the cat and by its own backward, b[idx] * 2.0
+        # (or b * 2.0) by the cat alone: a produced piece, which the split
+        # forward writes to a buffer of its own.  It saves its trip through
+        # the cat only where it loads through a gather.  At n = 64 the cat
+        # (2 x 8 x 64 floats) saves more than the gradient's extra read of
+        # grad (8 x n), relu(a)'s trip alone (2 x 8 x 16) less
+        def fn(a, b, idx, w):
+            piece = b[idx] if gather else b
+            return F.linear(torch.cat([torch.relu(a), piece * 2.0], -1), w)
 
-        args = make_inputs((8,), (16, 48), n, bias=False)
-        self.common(fn, args, split)
+        a, b, w = make_inputs((8,), (16, 48), n, bias=False)
+        idx = torch.randperm(8)
+        self.common(fn, [a, b, idx, w], split)
 
     @requires_cuda_and_triton
-    @parametrize("n,split", [(256, True), (576, True), (1024, False)])
-    def test_weight_grad_cuda_counts_every_piece_as_saved(self, n, split):
+    @parametrize(
+        "n,gather,split", [(256, False, True), (576, True, True), (576, False, False)]
+    )
+    def test_weight_grad_cuda_counts_gathered_pieces_as_saved(self, n, gather, split):
         # as above on the device's own decision: relu(a) is read by its
-        # backward too, b * 2.0 and c * 2.0 by the cat alone; the cat
-        # (2 x 1024 x 640) against the gradient's two extra reads of grad
-        # (2 x 1024 x n): split at n = 576, which counting relu(a) alone
-        # (2 x 1024 x 512) would keep, kept at n = 1024
+        # backward too, b and c (gathered or not) times 2.0 by the cat alone;
+        # at n = 576 the cat (2 x 1024 x 640) saves more than the gradient's
+        # two extra reads of grad (2 x 1024 x n), relu(a)'s trip alone
+        # (2 x 1024 x 512) less
         from torch._inductor.fx_passes import cat_linear_decision as cost
 
         widths = (512, 64, 64)
@@ -450,15 +454,18 @@ class CatLinearWeightGradTest(TestCase):
             dtype=torch.bfloat16,
             device=torch.device("cuda"),
             produced=(False, True, True),
+            gathers=(None, "rows", "rows") if gather else (),
         )
         if cost.decide(site).form != "mm":
             self.skipTest(f"this device's figures decline {site}")
 
-        def fn(a, b, c, w):
+        def fn(a, b, c, idx, w):
+            b, c = (b[idx], c[idx]) if gather else (b, c)
             return F.linear(torch.cat([torch.relu(a), b * 2.0, c * 2.0], -1), w)
 
-        args = make_inputs((1024,), widths, n, torch.bfloat16, "cuda")
-        self.common(fn, args[:4], split, None)
+        a, b, c, w = make_inputs((1024,), widths, n, torch.bfloat16, "cuda")[:4]
+        idx = torch.randperm(1024, device="cuda")
+        self.common(fn, [a, b, c, idx, w], split, None)
 
     @requires_cuda_and_triton
     @parametrize("matmul", [False, True])

@@ -19,16 +19,15 @@ every other reader of the cat is a forward site the lowering takes (the same
 checks and decision, asked without counting; several heads may read one cat,
 and equal cats count as one, since the partitioner's CSE merges them after
 this pass); where the cat the forward would save costs more than the
-gradients' extra reads (every piece counted: a produced one too, since
-stock's cat of produced pieces runs far below the rate at which the split
-forward writes them to buffers of their own); and where no piece is a tensor
-the caller holds (a graph input or output, or a view of one), which the
-caller may write before the backward runs.  None is split where ``pad_mm``
-(a pattern of the same pass) may pad a forward GEMM or ``mm_plus_mm`` takes
-it, nor where a selective-checkpoint policy saves the cat.  Each split bumps
-``counters["inductor"]["cat_linear_weight_grad"]`` where the joint graph is
-built: an AOTAutograd cache hit reuses the split backward without bumping
-it, as with the joint graph's other patterns.
+gradients' extra reads (counting the pieces not made by a fused producer,
+and those made through a gather: see ``_saved_bytes``); and where no piece
+is a tensor the caller holds (a graph input or output, or a view of one),
+which the caller may write before the backward runs.  None is split where
+``pad_mm`` (a pattern of the same pass) may pad a forward GEMM or
+``mm_plus_mm`` takes it, nor where a selective-checkpoint policy saves the
+cat.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``
+where the joint graph is built: an AOTAutograd cache hit reuses the split
+backward without bumping it, as with the joint graph's other patterns.
 """
 
 from __future__ import annotations
@@ -246,15 +245,21 @@ def _check(match: Match) -> bool:
     if site is None:
         log.debug("keeping %s: the cat feeds no cat_linear site", reader)
         return False
-    # the cat's write and read, saved once, against every gradient's extra
-    # reads; a produced piece counts too: split, the forward writes it to a
-    # buffer of its own, but stock's cat of produced pieces runs far below
-    # that write's rate
-    cat_bytes = 2.0 * site.rows * site.k * site.itemsize
-    if sum(_extra_bytes(g, site) for g in grads) >= cat_bytes:
+    if sum(_extra_bytes(g, site) for g in grads) >= _saved_bytes(site):
         log.debug("keeping %s: the gradients' extra reads cost more", reader)
         return False
     return True
+
+
+def _saved_bytes(site: CatLinearSite) -> float:
+    """The cat's write and read, once split, of the pieces that save them.  A
+    produced piece the split forward writes to a buffer of its own, the bytes
+    stock's cat kernel writes, at the same rate, so it saves nothing; but one
+    that loads through a gather stock's cat kernel writes at a fraction of
+    that rate, and it counts."""
+    gathers = site.gathers or (None,) * len(site.widths)
+    widths = zip(site.widths, site.produced, gathers)
+    return 2.0 * site.rows * site.itemsize * sum(w for w, p, g in widths if not p or g)
 
 
 def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
