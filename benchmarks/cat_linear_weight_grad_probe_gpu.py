@@ -1,17 +1,16 @@
-"""Probe: does the weight gradient's split pay where every piece is made by a pointwise op or a gather?
-One GPU, the patched torch (the series installed), bf16, a training step (forward and backward).
-
-Which produced pieces save their trip through the cat once the weight gradient is split
-(``cat_linear_weight_grad._saved_bytes``)?  Split, the forward writes such a piece to a buffer of its own, the bytes
-stock's cat kernel writes.  Per site this prints the GPU time of a step (µs, ``device_time.kernel_time_us``, median of interleaved rounds) of:
+"""Probe: which produced pieces save their trip through the cat once the weight gradient is split
+(``cat_linear_weight_grad._saved_bytes``)?  One GPU, the patched torch (the series installed), bf16, a
+training step (forward and backward).  Split, the forward writes a produced piece to a buffer of its own,
+the bytes stock's cat kernel writes.  Per site this prints the GPU time of a step (µs,
+``device_time.kernel_time_us``, median of interleaved rounds) of:
 
   stock   cat_linear off
   kept    cat_linear on, the weight gradient never split (``_extra_bytes`` made infinite): the forward site
           stays stock's, as its cat is saved
   split   cat_linear on, default mode
 
-and the counters (sites taken, gradients split).  Sites whose pieces are all produced are the ones the two
-counts disagree on.
+and the counters (sites taken, gradients split).  Every piece is made in the graph: by a pointwise op,
+or (EdgeConv's) through a gather.
 
     PYTHONUNBUFFERED=1 python benchmarks/cat_linear_weight_grad_probe_gpu.py --rounds 3 --out $OUT/wg_probe.json
 
