@@ -252,11 +252,11 @@ def _check(match: Match) -> bool:
 
 
 def _saved_bytes(site: CatLinearSite) -> float:
-    """The cat's write and read, once split, of the pieces that save them.  A
-    produced piece the split forward writes to a buffer of its own, the bytes
-    stock's cat kernel writes, at the same rate, so it saves nothing; but one
-    that loads through a gather stock's cat kernel writes at a fraction of
-    that rate, and it counts."""
+    """The write and read of the cat that the split saves.  Split, the
+    forward writes a produced piece to a buffer of its own: the bytes stock's
+    cat kernel writes, and as fast where its producer is pointwise, so such a
+    piece saves nothing; but stock's cat kernel writes a piece made through a
+    gather far slower, so that one counts."""
     gathers = site.gathers or (None,) * len(site.widths)
     widths = zip(site.widths, site.produced, gathers)
     return 2.0 * site.rows * site.itemsize * sum(w for w, p, g in widths if not p or g)
