@@ -20,6 +20,7 @@ Its figures: ``benchmarks/README.md``, "cat_linear in training: the weight gradi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -53,7 +54,7 @@ def _edge(x, src, dst, w):
 
 
 def sites(scale: float):
-    """(name, fn, args, trainable): every piece made in the graph from an input."""
+    """(name, fn, args): every piece made in the graph from an input."""
     dev, dt = "cuda", torch.bfloat16
 
     def t(*shape, grad=True):
@@ -74,16 +75,16 @@ def sites(scale: float):
     return out
 
 
-def compiled_step(fn, args, variant, form=None):
+def compiled_step(fn, args, variant):
     """The variant compiled, and its counters."""
     from torch._dynamo.utils import counters
     from torch._inductor.fx_passes import cat_linear_weight_grad as wg
     from torch._inductor.utils import fresh_cache
 
     counters.clear()
-    forced = {} if form is None else {"form": form}
-    opts = {} if variant == "stock" else {"cat_linear": forced}
+    opts = {} if variant == "stock" else {"cat_linear": {}}
     never = mock.patch.object(wg, "_extra_bytes", return_value=float("inf"))
+    compiling = never if variant == "kept" else contextlib.nullcontext()
     # a code object of its own: dynamo caches per code object, whatever the backend
     own = types.FunctionType(fn.__code__.replace(co_name=f"{fn.__name__}_{variant}"), fn.__globals__)
     compiled = torch.compile(own, options={"pre_grad_fusion_options": opts})
@@ -94,12 +95,8 @@ def compiled_step(fn, args, variant, form=None):
             a.grad = None
         compiled(*args).backward(grad)
 
-    with fresh_cache():
-        if variant == "kept":
-            with never:
-                step()
-        else:
-            step()
+    with fresh_cache(), compiling:
+        step()
     got = {k: counters["inductor"][k] for k in ("cat_linear", "cat_linear_weight_grad")}
     return step, got
 
