@@ -85,7 +85,8 @@ def fusion(form=None):
 def template_left_out():
     """The template reported available but given no config, so that a forced
     ``"mm"`` site reaches ``tuned_cat_mm`` on a CPU: its layout of the pieces
-    and weight, then its fallback, without a GPU."""
+    and weight, then its fallback (counted ``cat_linear_no_choice``, never
+    ``cat_linear``), without a GPU."""
     from torch._inductor.kernel import cat_linear as kernel
 
     stack = contextlib.ExitStack()
@@ -437,7 +438,8 @@ class CatLinearFusedTest(TestCase):
             torch._dynamo.mark_dynamic(args[1], 0)
         decide = mock.patch.object(cost, "decide", side_effect=AssertionError)
         with template_left_out(), decide:  # forced: no decision
-            (code,) = self.common(fn, args, 1, form="mm", backward=False)
+            (code,) = self.common(fn, args, 0, form="mm", backward=False)
+        self.assertEqual(counters["inductor"]["cat_linear_no_choice"], 1)
         for rows in ("351), (352, 1)", "3), (3, 1)", "301), (301, 1)"):
             FileCheck().check_regex(
                 r"empty_strided_cpu\(\(\w+, " + re.escape(rows)
@@ -458,7 +460,7 @@ class CatLinearFusedTest(TestCase):
         torch._dynamo.reset()
         with fusion("mm"), template_left_out():
             out = torch.compile(fn)(*args)
-        self.assertEqual(counters["inductor"]["cat_linear"], 1)
+        self.assertEqual(counters["inductor"]["cat_linear_no_choice"], 1)
         ref = fn(*args)
         self.assertEqual(out, ref)
         self.assertEqual(out[1].stride(), ref[1].stride())
@@ -481,6 +483,8 @@ class CatLinearFusedTest(TestCase):
         with torch.no_grad(), fusion("mm"), template_left_out():
             out = torch.compile(fn)(*args)
         self.assertEqual(out, fn(*args))
+        self.assertEqual(counters["inductor"]["cat_linear"], 0)
+        self.assertEqual(counters["inductor"]["cat_linear_no_choice"], 1)
 
     def test_cat_linear_site_alignment(self):
         # Whether stock's GEMM reads aligned rows: the cat's (K) and the
@@ -578,8 +582,8 @@ class CatLinearFusedTest(TestCase):
         )
 
     def test_cat_linear_switch_is_not_a_pre_grad_pass(self):
-        # pre_grad.py must skip the key (it names no pre-grad pattern pass): a
-        # missing hook fails here with a KeyError, it never skips
+        # pre_grad.py must skip the key (it names no pre-grad pattern pass):
+        # before 2.14 without a hook it fails here with a KeyError
         with fusion():
             torch._dynamo.reset()
             torch.compile(cat_linear)(*make_inputs((8,), (16, 16), 8, grad=False))

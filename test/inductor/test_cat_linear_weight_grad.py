@@ -151,6 +151,7 @@ class CatLinearWeightGradTest(TestCase):
         for fn in (dropout_piece, raw):
             self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
             self.assertEqual(counters["inductor"]["cat_linear_cat_users"], 1)
+            self.assertGreater(counters["inductor"]["cat_linear_weight_grad_caller"], 0)
 
     def test_weight_grad_keeps_the_cat_of_an_input_written_before_it(self):
         # a[...] = v before the cat: the piece is the value written back into
@@ -197,6 +198,7 @@ class CatLinearWeightGradTest(TestCase):
             return F.linear(x, w) + x.sum()
 
         self.common(fn, make_inputs((8,), (16, 16), 8, bias=False), False)
+        self.assertGreater(counters["inductor"]["cat_linear_weight_grad_cat_users"], 0)
 
     def test_weight_grad_keeps_the_cat_read_by_a_backward_gemm(self):
         # torch.func.grad in the step: the outer backward reads the cat as
@@ -335,6 +337,7 @@ class CatLinearWeightGradTest(TestCase):
             )
 
         self.common(fn, make_inputs((16,), (16, 24), 8, bias=False), False)
+        self.assertGreater(counters["inductor"]["cat_linear_weight_grad_checkpoint"], 0)
 
     def test_weight_grad_keeps_equal_cats_of_merged_getitems(self):
         # layer_norm's outputs are getitems of one node: CSE merges the two
@@ -370,6 +373,9 @@ class CatLinearWeightGradTest(TestCase):
             return F.linear(torch.cat([p * 2.0 for p in (a, b, c, d)], -1), w)
 
         self.common(fn, args, False)
+        self.assertGreater(
+            counters["inductor"]["cat_linear_weight_grad_extra_reads"], 0
+        )
 
     @settings(max_examples=10, deadline=None, derandomize=True, database=None)
     @given(

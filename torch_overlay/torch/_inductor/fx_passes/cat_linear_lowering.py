@@ -327,7 +327,6 @@ def _check(match: Match) -> bool:
     match.kwargs["form"] = decision.form
     match.kwargs["prologues"] = decision.prologues
     match.kwargs["laid_out"] = laid_out(match)
-    counters["inductor"]["cat_linear"] += 1
     return True
 
 
@@ -350,9 +349,10 @@ def _lower(match: Match, *, parts: Any, mat2: Any, size: Any = None, **kw: Any) 
         view = lowerings[aten.view.default]
         parts = [view(p, [size[0], p.get_size()[-1]]) for p in parts]
     bias = kw.get("bias")
-    if kw["form"] == "mm":
-        return tuned_cat_mm(parts, mat2, bias, kw["prologues"], kw["laid_out"])
-    return split_k_mm(parts, mat2, bias)
+    if kw["form"] == "view":
+        counters["inductor"]["cat_linear"] += 1
+        return split_k_mm(parts, mat2, bias)
+    return tuned_cat_mm(parts, mat2, bias, kw["prologues"], kw["laid_out"])
 
 
 @functools.cache

@@ -25,8 +25,8 @@ is a tensor the caller holds (a graph input or output, or a view of one),
 which the caller may write before the backward runs.  None is split where
 ``pad_mm`` (a pattern of the same pass) may pad a forward GEMM or
 ``mm_plus_mm`` takes it, nor where a selective-checkpoint policy saves the
-cat.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``
-where the joint graph is built: an AOTAutograd cache hit reuses the split
+cat.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``,
+each gradient kept ``cat_linear_weight_grad_<reason>``, where the joint graph is built: an AOTAutograd cache hit reuses the split
 backward without bumping it, as with the joint graph's other patterns.
 """
 
@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
+
+
+def _keep(key: str, reason: str, reader: torch.fx.Node) -> bool:
+    log.debug("keeping %s: %s", reader, reason)
+    counters["inductor"][f"cat_linear_weight_grad_{key}"] += 1
+    return False
 
 
 def _not_taken(key: str, reason: str, node: torch.fx.Node) -> bool:
@@ -209,8 +215,7 @@ def _check(match: Match) -> bool:
     cat = cat if cat.target is aten.cat.default else cat.args[0]
     assert isinstance(cat, torch.fx.Node)
     if not _gradient_reader(reader, _reads(cat)):
-        log.debug("keeping %s: it reads the cat twice, or through a view", reader)
-        return False
+        return _keep("reads", "it reads the cat twice, or through a view", reader)
     # The class of equal cats, in graph order, decides as one: the first
     # gradient's check sees the graph before any split, and a split only adds
     # readers to the pieces, so the later checks (which then count every piece
@@ -218,12 +223,10 @@ def _check(match: Match) -> bool:
     cats = _equal_cats(cat)
     parts = [part for other in cats for part in other.all_input_nodes]
     if _caller_reachable(parts, reader.graph):
-        log.debug("keeping %s: a piece is a graph input or output", reader)
-        return False
+        return _keep("caller", "a piece is a graph input or output", reader)
     if any(other.meta.get("recompute") in _SAVED for other in cats):
         # selective activation checkpointing saves the cat as its policy says
-        log.debug("keeping %s: the checkpoint policy saves the cat", reader)
-        return False
+        return _keep("checkpoint", "the checkpoint policy saves the cat", reader)
     grads: list[torch.fx.Node] = []
     forward: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     for other in cats:
@@ -239,15 +242,12 @@ def _check(match: Match) -> bool:
         forward_site = _forward_site(user, other, backward)
         taken = None if forward_site is None else _site_taken(forward_site, opts)
         if taken is None:
-            log.debug("keeping %s: %s reads the cat and stays", reader, user)
-            return False
+            return _keep("cat_users", f"{user} reads the cat and stays", reader)
         site = site or taken
     if site is None:
-        log.debug("keeping %s: the cat feeds no cat_linear site", reader)
-        return False
+        return _keep("no_site", "the cat feeds no cat_linear site", reader)
     if sum(_extra_bytes(g, site) for g in grads) >= _saved_bytes(site):
-        log.debug("keeping %s: the gradients' extra reads cost more", reader)
-        return False
+        return _keep("extra_reads", "the gradients' extra reads cost more", reader)
     return True
 
 
