@@ -192,7 +192,8 @@ def pr_markdown(patch: PatchMeta, headline: list[str],
     out = [f"# {patch.subject}", "", "## Summary", "", unwrap(up.summary), ""]
     for dep in depends_on:
         repo = dep.upstream.repo if dep.upstream else PYTORCH_REPO
-        out += [f"Depends on the {repo} PR \"{dep.subject}\".", ""]
+        title = (dep.upstream.title if dep.upstream else "") or dep.subject
+        out += [f"Depends on the {repo} PR \"{title}\".", ""]
     if up.repo != PYTORCH_REPO:
         out += [f"For {up.repo}:", ""] + [f"- `{path}`: {what}" for path, what in files] + [""]
     if up.test_changes:

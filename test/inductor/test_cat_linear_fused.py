@@ -582,8 +582,8 @@ class CatLinearFusedTest(TestCase):
         )
 
     def test_cat_linear_switch_is_not_a_pre_grad_pass(self):
-        # pre_grad.py must skip the key (it names no pre-grad pattern pass):
-        # before 2.14 without a hook it fails here with a KeyError
+        # pre_grad.py must skip the key (it names no pre-grad pattern pass);
+        # where it does not, the compile fails here with a KeyError
         with fusion():
             torch._dynamo.reset()
             torch.compile(cat_linear)(*make_inputs((8,), (16, 16), 8, grad=False))

@@ -257,6 +257,8 @@ def test_export_pr_for_another_repository(fake_generated, tmp_path):
     (fp.root / "test/inductor/test_gamma.py").write_text("from torch._inductor import gamma\nfrom torch._inductor.gamma import GAMMA\n")
     toml = fp.toml().replace('category = "fork-only"\nupstream-status = "Inappropriate [fork-only test scaffolding]"',
                              'category = "upstreamable"\nupstream-status = "Pending"')
+    # the dependency is named by its PR's title where that is not its subject
+    toml = toml.replace("[patch.upstream]\n", '[patch.upstream]\ntitle = "[inductor] Alpha, as titled upstream"\n', 1)
     toml += '''
 [patch.upstream]
 repo = "pytorch/ao"
@@ -280,7 +282,7 @@ Gamma, for torchao.
     assert (d / "files/test/prototype/test_gamma.py").read_text() == (
         "from torchao.prototype import gamma\nfrom torchao.prototype.gamma import GAMMA\n")
     pr = (d / "PR.md").read_text()
-    assert 'Depends on the pytorch/pytorch PR "[inductor] Add the alpha pass".' in pr
+    assert 'Depends on the pytorch/pytorch PR "[inductor] Alpha, as titled upstream".' in pr
     assert "For pytorch/ao:\n\n- `test/prototype/test_gamma.py`: test\n- `torchao/prototype/gamma.py`: module\n" in pr
     assert git(out / "repo", "branch", "--list", "inductor-gamma") == ""
     # nothing else in the exported tree (no .ruff_cache of the import sorting)
