@@ -1305,6 +1305,20 @@ class CatLinearFusedTest(TestCase):
             (code,) = self.common(cat_linear, args, 1, form="mm")
         FileCheck().check("triton_tem_").check_not("cat_linear_cat").run(code)
 
+    @requires_cuda_and_triton
+    def test_cat_linear_cuda_max_autotune_no_choice(self):
+        # no config fits and the C++ wrapper takes no extern choice: stock's
+        # cat and GEMM, counted as no_choice, never as a site taken
+        from torch._inductor.kernel import cat_linear as kernel
+
+        args = make_inputs((512,), (128, 128), 128, torch.bfloat16, "cuda", grad=False)
+        patch = inductor_config.patch(max_autotune=True, cpp_wrapper=True)
+        none_fit = mock.patch.object(kernel, "_heuristic_configs", return_value=[])
+        with torch.no_grad(), patch, none_fit:
+            (code,) = self.common(cat_linear, args, 0, form="mm")
+        self.assertEqual(counters["inductor"]["cat_linear_no_choice"], 1)
+        FileCheck().check_not("triton_tem_").run(code)
+
 
 if __name__ == "__main__":
     if HAS_CPU:
