@@ -87,10 +87,12 @@ def _lowers_to_pointwise(target: Any) -> bool:
 
 def _is_fused_producer(node: torch.fx.Node) -> bool:
     """A single-user pointwise op or gather, which stock writes straight
-    into the cat and the template can compute in its loads."""
+    into the cat and the template can compute in its loads (a site this
+    lowering took already reads it in the cat's stead)."""
+    users = [user for user in node.users if not _is_taken_site(user)]
     return (
         node.op == "call_function"
-        and len(node.users) == 1
+        and len(users) == 1
         and _lowers_to_pointwise(node.target)
     )
 
@@ -261,6 +263,23 @@ def laid_out(match: Match) -> tuple[bool, ...]:
     )
 
 
+def _read_by_several_sites(match: Match) -> bool:
+    """Whether another GEMM reads this site's cat in place, or took its
+    pieces already: a producer then has several readers, and is written."""
+    cat, parts = gemm_cat(match.output_node()), match.kwargs["parts"]
+    sites = [user for user in cat_readers(cat) if _reads_in_place(user, cat)]
+    return len(sites) > 1 or any(_is_taken_site(u) for p in parts for u in p.users)
+
+
+def _is_taken_site(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a site this lowering took (its handler wraps ``_lower``)."""
+    return getattr(node.target, "__wrapped__", None) is _lower
+
+
+def _reads_in_place(gemm: torch.fx.Node, cat: torch.fx.Node) -> bool:
+    return match_site(gemm) is not None and gemm_cat(gemm) is cat
+
+
 def site(match: Match) -> cost.CatLinearSite:
     """The site as the decision sees it (sizes on their hints)."""
     parts = match.kwargs["parts"]
@@ -283,7 +302,7 @@ def site(match: Match) -> cost.CatLinearSite:
         gathers=gathers,
         max_autotune=config.max_autotune or config.max_autotune_gemm,
         gemm_aligned=aligned(sum(widths), max(mat2.stride())),
-        prologue_fusion=config.prologue_fusion,
+        prologue_fusion=config.prologue_fusion and not _read_by_several_sites(match),
         static_shape=not any(isinstance(x, torch.SymInt) for x in out.shape),
     )
 
