@@ -339,6 +339,19 @@ class CatLinearWeightGradTest(TestCase):
         self.common(fn, make_inputs((16,), (16, 24), 8, bias=False), False)
         self.assertGreater(counters["inductor"]["cat_linear_weight_grad_checkpoint"], 0)
 
+    def test_weight_grad_keeps_the_cat_of_a_recomputed_gemm(self):
+        # a checkpoint around the linear alone: the backward recomputes the
+        # GEMM from the cat, so the cat stays saved, and pieces saved for a
+        # split gradient would only add to it
+        def fn(a, b, w):
+            c = torch.cat([torch.relu(a), torch.sigmoid(b)], -1)
+            return checkpoint(
+                lambda c, w: torch.relu(F.linear(c, w)), c, w, use_reentrant=False
+            )
+
+        self.common(fn, make_inputs((64,), (16, 16), 4, bias=False), False)
+        self.assertGreater(counters["inductor"]["cat_linear_weight_grad_checkpoint"], 0)
+
     def test_weight_grad_keeps_equal_cats_of_merged_getitems(self):
         # layer_norm's outputs are getitems of one node: CSE merges the two
         # layer_norms' getitems, then the cats; the second cat's other user

@@ -25,9 +25,11 @@ is a tensor the caller holds (a graph input or output, or a view of one),
 which the caller may write before the backward runs.  None is split where
 ``pad_mm`` (a pattern of the same pass) may pad a forward GEMM or
 ``mm_plus_mm`` takes it, nor where a selective-checkpoint policy saves the
-cat.  Each split bumps ``counters["inductor"]["cat_linear_weight_grad"]``,
-each gradient kept ``cat_linear_weight_grad_<reason>``, where the joint graph is built: an AOTAutograd cache hit reuses the split
-backward without bumping it, as with the joint graph's other patterns.
+cat or a checkpoint recomputes a forward GEMM on it.  Each split bumps
+``counters["inductor"]["cat_linear_weight_grad"]``, each gradient kept
+``cat_linear_weight_grad_<reason>``, where the joint graph is built: an
+AOTAutograd cache hit reuses the split backward without bumping it, as with
+the joint graph's other patterns.
 """
 
 from __future__ import annotations
@@ -236,6 +238,9 @@ def _check(match: Match) -> bool:
                 grads.append(user)
             else:
                 forward.append((user, other))
+    if any(user.meta.get("recompute") in _RECOMPUTED for user, _ in forward):
+        # the backward recomputes that GEMM from the cat, which stays saved
+        return _keep("checkpoint", "a checkpoint recomputes a GEMM on the cat", reader)
     site = None
     backward = _backward(reader.graph) if forward else set()
     for user, other in forward:
@@ -288,6 +293,7 @@ def _hashable(value: Any) -> Any:
 # saves a MUST_SAVE one; a PREFER_SAVE one is left to its min-cut, and is
 # kept here too (conservatively: a split there may save nothing).
 _SAVED = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+_RECOMPUTED = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
 
 
 def _equal_cats(cat: torch.fx.Node) -> list[torch.fx.Node]:
