@@ -210,13 +210,12 @@ def decide(site: CatLinearSite) -> Decision:
     ridge = ridge_point(site.device, site.dtype)
     if ridge is None:
         return Decision(None, f"no roofline figures for {site.dtype}", "no_figures")
-    bound = site.speedup_bound(ridge)
+    bound, compute_bound = site.speedup_bound(ridge), site.compute_bound(ridge)
     best = f"best case {bound:.2f}x"
     # cuBLAS's unaligned kernels take several times its aligned ones when
     # compute-bound; the template (a weight copied to aligned rows) much less
-    if bound < MARGIN and (site.gemm_aligned or not site.compute_bound(ridge)):
+    if bound < MARGIN and (site.gemm_aligned or not compute_bound):
         return Decision(None, f"{best} is below {MARGIN}x", "screened")
-    compute_bound = site.compute_bound(ridge)
     if compute_bound and site.folded:
         # the per-piece loops trail cuBLAS most here (and max_autotune times
         # them without the producers): read the pieces from their own buffers

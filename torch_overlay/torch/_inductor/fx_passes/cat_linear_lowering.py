@@ -71,12 +71,7 @@ def hint(size: Any) -> int:
 
 
 # lowered to a pointwise loop of indirect loads
-_GATHERS = (
-    aten.index.Tensor,
-    aten.index_select.default,
-    aten.embedding.default,
-    aten.gather.default,
-)
+_GATHERS = (aten.index.Tensor, aten.embedding.default, aten.gather.default)
 
 
 def _lowers_to_pointwise(target: Any) -> bool:
@@ -177,9 +172,11 @@ def summed_by_mm_plus_mm(gemm: torch.fx.Node) -> bool:
     )
 
 
-def match_site(gemm: torch.fx.Node) -> Match | None:
+def site_reading(gemm: torch.fx.Node, cat: torch.fx.Node) -> Match | None:
+    """``gemm``'s site, where it reads ``cat`` as its input."""
     matches = (pattern.match(gemm) for pattern in patterns())
-    return next((match for match in matches if is_match(match)), None)
+    match = next((match for match in matches if is_match(match)), None)
+    return match if match is not None and gemm_cat(gemm) is cat else None
 
 
 def taken(
@@ -198,14 +195,11 @@ def taken(
 def _readers_taken(gemm: torch.fx.Node) -> bool:
     """Whether every other reader of ``gemm``'s cat is a site taken too."""
     cat, opts = gemm_cat(gemm), options() or {}
-    for user in cat_readers(cat):
-        if user is not gemm and (
-            (site := match_site(user)) is None
-            or gemm_cat(user) is not cat
-            or not taken(site, opts)
-        ):
-            return False
-    return True
+    others = (user for user in cat_readers(cat) if user is not gemm)
+    return all(
+        (site := site_reading(user, cat)) is not None and taken(site, opts)
+        for user in others
+    )
 
 
 def can_fuse_cat_mm(
@@ -267,17 +261,13 @@ def _read_by_several_sites(match: Match) -> bool:
     """Whether another GEMM reads this site's cat in place, or took its
     pieces already: a producer then has several readers, and is written."""
     cat, parts = gemm_cat(match.output_node()), match.kwargs["parts"]
-    sites = [user for user in cat_readers(cat) if _reads_in_place(user, cat)]
+    sites = [user for user in cat_readers(cat) if site_reading(user, cat)]
     return len(sites) > 1 or any(_is_taken_site(u) for p in parts for u in p.users)
 
 
 def _is_taken_site(node: torch.fx.Node) -> bool:
     """Whether ``node`` is a site this lowering took (its handler wraps ``_lower``)."""
     return getattr(node.target, "__wrapped__", None) is _lower
-
-
-def _reads_in_place(gemm: torch.fx.Node, cat: torch.fx.Node) -> bool:
-    return match_site(gemm) is not None and gemm_cat(gemm) is cat
 
 
 def site(match: Match) -> cost.CatLinearSite:

@@ -187,10 +187,7 @@ def _forward_site(
     then reads the cat the forward saves."""
     if user in backward:
         return None
-    match = lowering.match_site(user)
-    if match is None or lowering.gemm_cat(user) is not cat:
-        return None
-    return match
+    return lowering.site_reading(user, cat)
 
 
 def _extra_bytes(reader: torch.fx.Node, site: CatLinearSite) -> float:
