@@ -15,8 +15,9 @@ and a FileCheck of them:
    pieces, the forward has no cat and takes the site (``cat_linear``), and the
    backward writes each piece's block of the gradient into a view of one buffer;
 2. the caller's own tensors as the pieces (``cat([a, b])``): the caller may write
-   them before the backward, so the gradient keeps reading the saved cat, and the
-   site stays stock (``cat_linear_cat_users``).
+   them before the backward, so the gradient keeps reading the saved cat
+   (``cat_linear_weight_grad_caller``), and the site stays stock
+   (``cat_linear_cat_users``).
 
 Outputs and gradients match eager in both.  Nothing is timed here.
 """
@@ -67,7 +68,8 @@ def main():
     variants = [
         # label, site, counters expected, FileCheck
         ("pieces made in the graph", made_in_graph, {"cat_linear_weight_grad": 1, "cat_linear": 1}, split),
-        ("the caller's tensors as pieces", callers_tensors, {"cat_linear_cat_users": 1}, kept),
+        ("the caller's tensors as pieces", callers_tensors,
+         {"cat_linear_weight_grad_caller": 1, "cat_linear_cat_users": 1}, kept),
     ]
     for label, site, want, check in variants:
         args = [t.clone().requires_grad_() for t in (a, b, w, bias)]
