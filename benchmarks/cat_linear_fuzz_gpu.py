@@ -503,10 +503,10 @@ def worker_main(args) -> int:
                     os._exit(9)
                 time.sleep(1e6)
             with option_ctx(form):
-                if call == 0:
-                    outs, codes = run_and_get_code(step)
-                else:
-                    outs = step()
+                # every call's code: a later call may recompile (dynamic rows),
+                # and the counters count every compile
+                outs, call_codes = run_and_get_code(step)
+                codes += call_codes
             if device == "cuda":
                 torch.cuda.synchronize()
             outs = [o.detach() for o in outs]
