@@ -132,6 +132,27 @@ class CatLinearWeightGradTest(TestCase):
         # (the split GEMM's (4, 40) output takes its blocks as such views)
         self.assertNotIn("(8, 24), (40, 1), 16)", code)
 
+    def test_weight_grad_keeps_a_gemm_of_two_cats(self):
+        # A.T @ B reads two cats, each a linear's input: split on B, it
+        # would give A.T two readers after A's other gradient (p @ A, visited
+        # first) was split for A's site, which is then declined; neither
+        # cat's gradients are split for it, and the counts agree
+        def fn(a, c, b, d, w1, wa, wb, p):
+            x = torch.cat([a @ w1, c @ w1], -1)
+            y = torch.cat([b @ w1, d @ w1], -1)
+            return F.linear(x, wa), F.linear(y, wb), x.t() @ y, p @ x
+
+        args = [torch.randn(64, 32) for _ in range(4)] + [torch.randn(32, 32)]
+        args += [torch.randn(8, 64), torch.randn(8, 64), torch.randn(4, 64)]
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad(), fusion("view"), fresh_cache():
+            out = torch.compile(fn)(*args)
+        self.assertEqual(out, fn(*args), **TOL[torch.float32])
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 0)
+        self.assertEqual(counters["inductor"]["cat_linear"], 0)
+        self.assertGreater(counters["inductor"]["cat_linear_weight_grad_cats"], 0)
+
     def test_weight_grad_split_dynamic_rows(self):
         args = make_inputs((8,), (16, 24), 8)
         for a in args[:2]:

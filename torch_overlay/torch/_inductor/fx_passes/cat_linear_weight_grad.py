@@ -25,7 +25,8 @@ is a tensor the caller holds (a graph input or output, or a view of one),
 which the caller may write before the backward runs.  None is split where
 ``pad_mm`` (a pattern of the same pass) may pad a forward GEMM or
 ``mm_plus_mm`` takes it, nor where a selective-checkpoint policy saves the
-cat or a checkpoint recomputes a forward GEMM on it.  Each split bumps
+cat or a checkpoint recomputes a forward GEMM on it, nor a GEMM of two
+cats of the forward (``cat_a.T @ cat_b``).  Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]``, each gradient kept
 ``cat_linear_weight_grad_<reason>``, where the joint graph is built: an
 AOTAutograd cache hit reuses the split backward without bumping it, as with
@@ -137,6 +138,27 @@ def _gradient_reader(user: torch.fx.Node, reads: set[torch.fx.Node]) -> bool:
     )
 
 
+def _other_operand(reader: torch.fx.Node) -> Any:
+    """What a gradient reader's GEMM multiplies the cat by."""
+    if reader.target is aten.mm.default:
+        return reader.args[0]
+    return next(iter(reader.users)).args[1]
+
+
+def _reads_forward_cat(node: Any, backward: set[torch.fx.Node]) -> bool:
+    """Whether ``node`` is, or transposes or views, a cat outside the
+    backward.  A GEMM of two such cats is no weight gradient: split on one,
+    it adds readers to the other, whose own check has counted them."""
+    views = (aten.permute.default, aten.view.default)
+    while isinstance(node, torch.fx.Node) and node.target in views:
+        node = node.args[0]
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.target is aten.cat.default
+        and node not in backward
+    )
+
+
 def _caller_reachable(parts: list[torch.fx.Node], graph: torch.fx.Graph) -> bool:
     """Whether a part shares storage with a graph input or output, or is a
     value written back into an input (``a[0] = x`` before the cat: the copy_
@@ -215,6 +237,9 @@ def _check(match: Match) -> bool:
     assert isinstance(cat, torch.fx.Node)
     if not _gradient_reader(reader, _reads(cat)):
         return _keep("reads", "it reads the cat twice, or through a view", reader)
+    backward = _backward(reader.graph)
+    if _reads_forward_cat(_other_operand(reader), backward):
+        return _keep("cats", "the GEMM reads another cat of the forward", reader)
     # The class of equal cats, in graph order, decides as one: the first
     # gradient's check sees the graph before any split, and a split only adds
     # readers to the pieces, so the later checks (which then count every piece
@@ -231,7 +256,9 @@ def _check(match: Match) -> bool:
     for other in cats:
         reads = _reads(other)
         for user in lowering.cat_readers(other):
-            if _gradient_reader(user, reads):
+            if _gradient_reader(user, reads) and not _reads_forward_cat(
+                _other_operand(user), backward
+            ):
                 grads.append(user)
             else:
                 forward.append((user, other))
@@ -239,7 +266,6 @@ def _check(match: Match) -> bool:
         # the backward recomputes that GEMM from the cat, which stays saved
         return _keep("checkpoint", "a checkpoint recomputes a GEMM on the cat", reader)
     site = None
-    backward = _backward(reader.graph) if forward else set()
     for user, other in forward:
         forward_site = _forward_site(user, other, backward)
         taken = None if forward_site is None else _site_taken(forward_site, opts)
