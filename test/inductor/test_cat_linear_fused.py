@@ -287,7 +287,7 @@ class CatLinearFusedTest(TestCase):
     def test_cat_linear_declines(self, case):
         if case == "num_parts":
             # more parts than MAX_PARTS
-            n = cost.MAX_PARTS + 1
+            n = cat_linear_lowering.MAX_PARTS + 1
             args = make_inputs((8,), (16,) * n, 8, grad=False)
 
             def fn(*a):
@@ -595,6 +595,14 @@ class CatLinearFusedTest(TestCase):
             4096, (64, 64), 64, torch.float32, torch.device("cpu"), (False, False)
         )
         self.assertEqual(cost.decide(site).counter, "device")
+
+    def test_cat_linear_rocm_declines(self):
+        # figures aside: the template is measured on CUDA devices only
+        site = cuda_site((256, 256), 8, rows=8192)
+        with h100_figures():
+            self.assertEqual(cost.decide(site).form, "mm")
+            with mock.patch("torch.version.hip", "6.4"):
+                self.assertEqual(cost.decide(site).counter, "device")
 
     def test_cat_linear_produced_pieces(self):
         # Which pieces the decision sees as made by an op the template can
@@ -1032,7 +1040,9 @@ class CatLinearFusedTest(TestCase):
         if dynamic_rows:
             for a in args[: len(widths)]:
                 torch._dynamo.mark_dynamic(a, 0)
-        taken = (beta, alpha) == (1.0, 1.0) and len(widths) <= cost.MAX_PARTS
+        taken = (beta, alpha) == (1.0, 1.0) and len(
+            widths
+        ) <= cat_linear_lowering.MAX_PARTS
         expected = int(taken and not any(a.requires_grad for a in args))
         self.common(fn, args, expected, "view")
 

@@ -43,8 +43,6 @@ COMPUTE_BOUND_MIN_K = 1024
 # one loop comes close to cuBLAS (over 32-wide ones it lost at two sites).
 LATENCY_BOUND_MAX_WAVES = 2
 WAVE_TILE = 128
-# Pieces the in-place forms take; more never pay.
-MAX_PARTS = 4
 # The one-loop layout's K tiles, in the order the default mode tries them.
 ONE_LOOP_BLOCK_KS = (64, 32)
 # A gather in the loads runs once per column tile (and along K does not
@@ -205,6 +203,8 @@ def decide(site: CatLinearSite) -> Decision:
     if site.device.type != "cuda":
         # the C++ backend writes pieces into the cat, and one GEMM on it wins
         return Decision(None, f"no in-place GEMM on {site.device.type}", "device")
+    if torch.version.hip is not None:
+        return Decision(None, "the in-place template is not measured on ROCm", "device")
     if not has_template(site.device, site.dtype):
         return Decision(None, f"no in-place template for {site.dtype}", "no_template")
     ridge = ridge_point(site.device, site.dtype)

@@ -44,14 +44,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..custom_graph_pass import CustomGraphPass, get_hash_for_files
 from ..pattern_matcher import get_arg_value, is_mutation_op
-from . import cat_linear_decision as cost
+from .cat_linear_lowering import MAX_PARTS
 
 
 log = logging.getLogger(__name__)
 
-# Gates of the explicit call (fuse_cat_linear_in_graph); the fusion keeps
-# within MAX_PARTS and MIN_PIECE_WIDTH too (more pieces or slivers never pay).
-MAX_PARTS = cost.MAX_PARTS
+# Gates of the explicit call (fuse_cat_linear_in_graph), with the lowering's
+# MAX_PARTS; it keeps within MIN_PIECE_WIDTH too (slivers never pay).
 MIN_PIECE_WIDTH = 16
 MAX_TOTAL_CAT_WIDTH = 16384
 

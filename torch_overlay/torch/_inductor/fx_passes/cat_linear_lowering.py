@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 FORMS = ("mm", "view")
+# Pieces the forms take: they unroll a load (the view form a GEMM) per piece
+MAX_PARTS = 4
 
 
 def options() -> dict[str, Any] | None:
@@ -217,7 +219,7 @@ def can_fuse_cat_mm(
         # e.g. the weight gradient: the cat stays, reading in place saves nothing
         return decline("cat_users", "the cat has other users", gemm)
     parts = match.kwargs["parts"]
-    if not 2 <= len(parts) <= cost.MAX_PARTS:
+    if not 2 <= len(parts) <= MAX_PARTS:
         return decline("num_parts", f"{len(parts)} parts", gemm)
     vals = [_val(p) for p in parts]
     mat2, out = _val(match.kwargs["mat2"]), _val(gemm)
@@ -242,6 +244,9 @@ def can_fuse_cat_mm(
         return decline("dtype", f"mixed or non-floating dtypes {dtypes}", gemm)
     if len({v.device for v in (*vals, mat2)}) != 1:  # type: ignore[union-attr]
         return decline("devices", "operands on several devices", gemm)
+    if (options() or {}).get("form") == "view" and out.dtype.itemsize < 4:
+        # each piece's product would be rounded before the sum
+        return decline("view_dtype", f"the view form in {out.dtype}", gemm)
     return True
 
 
@@ -304,10 +309,6 @@ def should_fuse_cat_mm(
     gemm, form, the_site = match.output_node(), opts.get("form"), site(match)
     if form == "off":
         decision = cost.Decision(None, "turned off", "off")
-    elif form == "view" and the_site.itemsize < 4:
-        # each piece's product would be rounded before the sum
-        reason = f"the view form in {the_site.dtype}"
-        decision = cost.Decision(None, reason, "view_dtype")
     elif form is None:
         decision = cost.decide(the_site)
     else:
