@@ -153,6 +153,33 @@ class CatLinearWeightGradTest(TestCase):
         self.assertEqual(counters["inductor"]["cat_linear"], 0)
         self.assertGreater(counters["inductor"]["cat_linear_weight_grad_cats"], 0)
 
+    @parametrize("freezing", [False, True])
+    def test_inference_gemm_reading_the_cat_under_freezing(self, freezing):
+        # freezing packs a CPU linear for oneDNN or MKL after this pass and
+        # before the lowering, which then never sees the site: nothing split
+        class Heads(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(32, 16), torch.nn.Linear(32, 24)
+                self.head = torch.nn.Linear(40, 8)
+                self.p = torch.nn.Parameter(torch.randn(4, 8))
+
+            def forward(self, a, b):
+                x = torch.cat([self.a(a), self.b(b)], -1)
+                return self.head(x), self.p @ x
+
+        model, args = Heads().eval(), (torch.randn(8, 32), torch.randn(8, 32))
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad(), fusion("view"), fresh_cache():
+            with inductor_config.patch(freezing=freezing):
+                out = torch.compile(model)(*args)
+            self.assertEqual(out, model(*args), **TOL[torch.float32])
+        split = counters["inductor"]["cat_linear_weight_grad"]
+        self.assertEqual(
+            (split, counters["inductor"]["cat_linear"]), (1 - freezing,) * 2
+        )
+
     def test_weight_grad_split_dynamic_rows(self):
         args = make_inputs((8,), (16, 24), 8)
         for a in args[:2]:

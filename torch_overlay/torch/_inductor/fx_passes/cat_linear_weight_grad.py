@@ -23,10 +23,12 @@ gradients' extra reads (counting the pieces not made by a fused producer,
 and those made through a gather: see ``_saved_bytes``); and where no piece
 is a tensor the caller holds (a graph input or output, or a view of one),
 which the caller may write before the backward runs.  None is split where
-``pad_mm`` (a pattern of the same pass) may pad a forward GEMM or
-``mm_plus_mm`` takes it, nor where a selective-checkpoint policy saves the
-cat or a checkpoint recomputes a forward GEMM on it, nor a GEMM of two
-cats of the forward (``cat_a.T @ cat_b``).  Each split bumps
+``pad_mm`` (a pattern of the same pass) may pad a forward GEMM,
+``mm_plus_mm`` takes it or, on CPU, freezing may pack it for oneDNN; nor
+where a selective-checkpoint policy saves the cat or a checkpoint
+recomputes a forward GEMM on it; nor a GEMM of two cats of the forward
+(``cat_a.T @ cat_b``, or ``cat_a @ cat_b``, whose split on ``cat_b``
+changes ``cat_a``'s sites).  Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]``, each gradient kept
 ``cat_linear_weight_grad_<reason>``, where the joint graph is built: an
 AOTAutograd cache hit reuses the split backward without bumping it, as with
@@ -263,7 +265,8 @@ def _check(match: Match) -> bool:
             else:
                 forward.append((user, other))
     if any(user.meta.get("recompute") in _RECOMPUTED for user, _ in forward):
-        # the backward recomputes that GEMM from the cat, which stays saved
+        # the backward recomputes that GEMM from the cat (saved, or recomputed
+        # with it), where a split would only add the pieces
         return _keep("checkpoint", "a checkpoint recomputes a GEMM on the cat", reader)
     site = None
     for user, other in forward:
@@ -300,6 +303,12 @@ def _site_taken(match: Match, opts: dict[str, Any]) -> CatLinearSite | None:
         # pad_mm, a pattern of the same pass, may pad the forward GEMM after
         # this split: the post-grad lowering would then not see its cat
         log.debug("keeping the weight gradient: pad_mm may pad %s", match.output_node())
+        return None
+    if site.device.type == "cpu" and config.freezing:
+        # freezing may pack the GEMM for oneDNN or MKL before the lowering
+        log.debug(
+            "keeping the weight gradient: freezing may pack %s", match.output_node()
+        )
         return None
     return site
 
