@@ -153,6 +153,23 @@ class CatLinearWeightGradTest(TestCase):
         self.assertEqual(counters["inductor"]["cat_linear"], 0)
         self.assertGreater(counters["inductor"]["cat_linear_weight_grad_cats"], 0)
 
+    def test_inference_gemm_reading_the_cat_beside_an_equal_cat(self):
+        # no partitioner merges equal cats in an inference graph, so another
+        # reader of an equal cat does not keep this one's GEMM
+        def fn(a, b, w1, w2, w, p):
+            x = torch.cat([a @ w1, b @ w2], -1)
+            return F.linear(x, w), p @ x, torch.cat([a @ w1, b @ w2], -1).sum(0)
+
+        args = [torch.randn(8, 32), torch.randn(8, 32), torch.randn(32, 16)]
+        args += [torch.randn(32, 24), torch.randn(8, 40), torch.randn(4, 8)]
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad(), fusion("view"), fresh_cache():
+            out = torch.compile(fn)(*args)
+        self.assertEqual(out, fn(*args), **TOL[torch.float32])
+        self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 1)
+        self.assertEqual(counters["inductor"]["cat_linear"], 1)
+
     @parametrize("freezing", [False, True])
     def test_inference_gemm_reading_the_cat_under_freezing(self, freezing):
         # freezing packs a CPU linear for oneDNN or MKL after this pass and

@@ -17,8 +17,8 @@ same form, and is split alike.)
 A cat's gradients are split all or none: only where, once they all are,
 every other reader of the cat is a forward site the lowering takes (the same
 checks and decision, asked without counting; several heads may read one cat,
-and equal cats count as one, since the partitioner's CSE merges them after
-this pass); where the cat the forward would save costs more than the
+and in training equal cats count as one, since the partitioner's CSE merges
+them after this pass); where the cat the forward would save costs more than the
 gradients' extra reads (counting the pieces not made by a fused producer,
 and those made through a gather: see ``_saved_bytes``); and where no piece
 is a tensor the caller holds (a graph input or output, or a view of one),
@@ -245,8 +245,9 @@ def _check(match: Match) -> bool:
     # The class of equal cats, in graph order, decides as one: the first
     # gradient's check sees the graph before any split, and a split only adds
     # readers to the pieces, so the later checks (which then count every piece
-    # as saved, against fewer gradients) follow it.
-    cats = _equal_cats(cat)
+    # as saved, against fewer gradients) follow it.  Only the partitioner
+    # merges them: an inference graph (no tangent) keeps each cat apart.
+    cats = _equal_cats(cat) if backward else [cat]
     parts = [part for other in cats for part in other.all_input_nodes]
     if _caller_reachable(parts, reader.graph):
         return _keep("caller", "a piece is a graph input or output", reader)
