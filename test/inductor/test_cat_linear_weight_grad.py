@@ -417,6 +417,25 @@ class CatLinearWeightGradTest(TestCase):
         self.common(fn, make_inputs((64,), (16, 16), 4, bias=False), False)
         self.assertGreater(counters["inductor"]["cat_linear_weight_grad_checkpoint"], 0)
 
+    def test_weight_grad_split_inside_a_checkpoint(self):
+        # the cat inside the checkpoint: the backward recomputes it with the
+        # GEMM, so the gradient is split and neither pass writes a cat (the
+        # forward still saves only the checkpoint's inputs)
+        def fn(a, b, w, w2):
+            return F.linear(
+                checkpoint(made_cat_linear, a, b, w, use_reentrant=False), w2
+            )
+
+        args = make_inputs((16,), (16, 24), 8, bias=False)
+        args.append(torch.randn(4, 8, requires_grad=True))
+        forward, backward = self.common(fn, args, True)
+        # the forward's site and the backward's recomputed one
+        self.assertEqual(counters["inductor"]["cat_linear"], 2)
+        self.assertNoCatBuffer(forward)
+        (saved,) = [l for l in forward.splitlines() if l.strip().startswith("return (")]
+        self.assertEqual(saved.count("buf"), 1)  # the output; the rest are inputs
+        FileCheck().check_count("# alias", 2, exactly=True).run(backward)
+
     def test_weight_grad_keeps_equal_cats_of_merged_getitems(self):
         # layer_norm's outputs are getitems of one node: CSE merges the two
         # layer_norms' getitems, then the cats; the second cat's other user

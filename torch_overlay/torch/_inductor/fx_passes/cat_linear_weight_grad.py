@@ -26,9 +26,10 @@ which the caller may write before the backward runs.  None is split where
 ``pad_mm`` (a pattern of the same pass) may pad a forward GEMM,
 ``mm_plus_mm`` takes it or, on CPU, freezing may pack it for oneDNN; nor
 where a selective-checkpoint policy saves the cat or a checkpoint
-recomputes a forward GEMM on it; nor a GEMM of two cats of the forward
-(``cat_a.T @ cat_b``, or ``cat_a @ cat_b``, whose split on ``cat_b``
-changes ``cat_a``'s sites).  Each split bumps
+recomputes a forward GEMM from the saved cat (a cat recomputed with its
+GEMM is split); nor a GEMM of two cats of the forward (``cat_a.T @ cat_b``,
+or ``cat_a @ cat_b``, whose split on ``cat_b`` changes ``cat_a``'s sites).
+Each split bumps
 ``counters["inductor"]["cat_linear_weight_grad"]``, each gradient kept
 ``cat_linear_weight_grad_<reason>``, where the joint graph is built: an
 AOTAutograd cache hit reuses the split backward without bumping it, as with
@@ -265,9 +266,14 @@ def _check(match: Match) -> bool:
                 grads.append(user)
             else:
                 forward.append((user, other))
-    if any(user.meta.get("recompute") in _RECOMPUTED for user, _ in forward):
-        # the backward recomputes that GEMM from the cat (saved, or recomputed
-        # with it), where a split would only add the pieces
+    if any(
+        user.meta.get("recompute") in _RECOMPUTED
+        and other.meta.get("recompute") not in _RECOMPUTED
+        for user, other in forward
+    ):
+        # the backward recomputes that GEMM from the saved cat, where a split
+        # would only save the pieces too (recomputed with the GEMM, the cat
+        # is split as in the forward)
         return _keep("checkpoint", "a checkpoint recomputes a GEMM on the cat", reader)
     site = None
     for user, other in forward:
