@@ -1040,9 +1040,8 @@ class CatLinearFusedTest(TestCase):
         if dynamic_rows:
             for a in args[: len(widths)]:
                 torch._dynamo.mark_dynamic(a, 0)
-        taken = (beta, alpha) == (1.0, 1.0) and len(
-            widths
-        ) <= cat_linear_lowering.MAX_PARTS
+        exact = (beta, alpha) == (1.0, 1.0)
+        taken = exact and len(widths) <= cat_linear_lowering.MAX_PARTS
         expected = int(taken and not any(a.requires_grad for a in args))
         self.common(fn, args, expected, "view")
 

@@ -81,6 +81,16 @@ class CatLinearWeightGradTest(TestCase):
             self.assertEqual(a.grad, r.grad, **TOL[dtype])
         return code
 
+    def infer(self, fn, args, **patches):
+        """``fn`` compiled without gradients, ``cat_linear`` forced into the
+        view form (and ``patches`` to Inductor's config): its outputs and the
+        generated code."""
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad(), fusion("view"), fresh_cache():
+            with inductor_config.patch(patches):
+                return run_and_get_code(torch.compile(fn), *args)
+
     def assertNoCatBuffer(self, code):
         # stock's forward writes the 24-wide piece into a view of the 40-wide
         # cat buffer (row stride 40, at column 16), which it saves for the
@@ -122,10 +132,7 @@ class CatLinearWeightGradTest(TestCase):
 
         args = [torch.randn(8, 32), torch.randn(8, 32), torch.randn(32, 16)]
         args += [torch.randn(32, 24), torch.randn(8, 40), torch.randn(4, 8)]
-        counters.clear()
-        torch._dynamo.reset()
-        with torch.no_grad(), fusion("view"), fresh_cache():
-            out, (code,) = run_and_get_code(torch.compile(fn), *args)
+        out, (code,) = self.infer(fn, args)
         self.assertEqual(out, fn(*args))
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 1)
         self.assertEqual(counters["inductor"]["cat_linear"], 1)
@@ -144,10 +151,7 @@ class CatLinearWeightGradTest(TestCase):
 
         args = [torch.randn(64, 32) for _ in range(4)] + [torch.randn(32, 32)]
         args += [torch.randn(8, 64), torch.randn(8, 64), torch.randn(4, 64)]
-        counters.clear()
-        torch._dynamo.reset()
-        with torch.no_grad(), fusion("view"), fresh_cache():
-            out = torch.compile(fn)(*args)
+        out, _ = self.infer(fn, args)
         self.assertEqual(out, fn(*args), **TOL[torch.float32])
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 0)
         self.assertEqual(counters["inductor"]["cat_linear"], 0)
@@ -162,10 +166,7 @@ class CatLinearWeightGradTest(TestCase):
 
         args = [torch.randn(8, 32), torch.randn(8, 32), torch.randn(32, 16)]
         args += [torch.randn(32, 24), torch.randn(8, 40), torch.randn(4, 8)]
-        counters.clear()
-        torch._dynamo.reset()
-        with torch.no_grad(), fusion("view"), fresh_cache():
-            out = torch.compile(fn)(*args)
+        out, _ = self.infer(fn, args)
         self.assertEqual(out, fn(*args), **TOL[torch.float32])
         self.assertEqual(counters["inductor"]["cat_linear_weight_grad"], 1)
         self.assertEqual(counters["inductor"]["cat_linear"], 1)
@@ -186,11 +187,8 @@ class CatLinearWeightGradTest(TestCase):
                 return self.head(x), self.p @ x
 
         model, args = Heads().eval(), (torch.randn(8, 32), torch.randn(8, 32))
-        counters.clear()
-        torch._dynamo.reset()
-        with torch.no_grad(), fusion("view"), fresh_cache():
-            with inductor_config.patch(freezing=freezing):
-                out = torch.compile(model)(*args)
+        out, _ = self.infer(model, args, freezing=freezing)
+        with torch.no_grad():
             self.assertEqual(out, model(*args), **TOL[torch.float32])
         split = counters["inductor"]["cat_linear_weight_grad"]
         self.assertEqual(
