@@ -27,9 +27,14 @@ What it does, in order (``--dry-run``: the same checks, then prints the plan and
    hunk and the class it changes (e.g. an assertion that upstream's file at 2.11 does not have yet); that
    class then runs as upstream has it at this version. A class run in several processes
    (``MultiProcessTestCase``, ``MultiProcContinuousTest``) needs two GPUs: with one it is a SKIPPED row.
-6. Prints one row per suite (passed, failed, skipped, errors, time), every skip reason with its count, and each
+6. With ``--stock-first``, before step 4: the series is uninstalled where ``install`` put it, and the same upstream
+   classes run from upstream's files as they are (no hunks) on that stock torch, as ``[stock]`` rows. Upstream's
+   contract is "no test fails patched where it passes on stock": a patched row whose every failing test fails on
+   stock too is ``STOCK-FAILS`` (a file of another version than the torch tests newer code), not ``FAILED``.
+7. Prints one row per suite (passed, failed, skipped, errors, time), every skip reason with its count, and each
    failing test; with ``--out DIR`` the table, the junit files and each suite's log are written there.
-   Exit status 1 when any suite fails or runs past its time (``--timeout`` per suite, ``--budget`` in all).
+   Exit status 1 when any suite but a ``[stock]`` one fails or runs past its time (``--timeout`` per suite,
+   ``--budget`` in all, the ``--stock-first`` runs included).
 """
 
 from __future__ import annotations
@@ -236,6 +241,28 @@ def upstream_suites(base: str, upstream: Path | None, scratch: Path, pytest_cmd:
     return suites
 
 
+def stock_twin(s: Suite, upstream: Path, scratch: Path) -> Suite:
+    """``s`` (an upstream class's suite) on upstream's file as it is, in a scratch tree of its own."""
+    path = s.cmd[-1].split("::")[0]
+    dest = scratch / s.cwd.name / path
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(upstream / path, dest)
+    (scratch / s.cwd.name / "pytest.ini").write_text("[pytest]\n")
+    return dataclasses.replace(s, name=f"{s.name} [stock]", cwd=scratch / s.cwd.name, note="")
+
+
+def against_stock(res: Result, stock: Result) -> None:
+    """A patched upstream row whose failing tests all fail on stock too becomes ``STOCK-FAILS``; a note says
+    how many of its tests fail there."""
+    bad = {"failed", "error"}
+    failing = [case for case, (kind, _, _) in res.per_case.items() if kind in bad]
+    on_stock = [case for case in failing if stock.per_case.get(case, ("absent",))[0] in bad]
+    res.suite.note = "; ".join(filter(None, [res.suite.note, f"{len(on_stock)} of its {len(failing)} failing tests fail on stock too"
+                                             if failing else ""]))
+    if res.status == "FAILED" and failing and len(on_stock) == len(failing) and len(res.failures) == len(failing):
+        res.status = "STOCK-FAILS"
+
+
 # ---------------------------------------------------------------------------------------------------- running
 
 
@@ -367,18 +394,19 @@ def render(results: list[Result], header: str) -> str:
 
 
 def gpu_test(wheels: Path | None, upstream: Path | None, out: Path | None, dry_run: bool, workers: int,
-             timeout: int, budget: int, python: str = sys.executable, all_tests: bool = False) -> int:
+             timeout: int, budget: int, python: str = sys.executable, all_tests: bool = False,
+             stock_first: bool = False) -> int:
     """Run the suites; the scratch directory (wheels' site, upstream's test tree, logs without --out) is removed
     however the run ends."""
     work = Path(tempfile.mkdtemp(prefix="patchset-gpu-test-"))
     try:
-        return _gpu_test(work, wheels, upstream, out, dry_run, workers, timeout, budget, python, all_tests)
+        return _gpu_test(work, wheels, upstream, out, dry_run, workers, timeout, budget, python, all_tests, stock_first)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path | None, dry_run: bool, workers: int,
-              timeout: int, budget: int, python: str, all_tests: bool) -> int:
+              timeout: int, budget: int, python: str, all_tests: bool, stock_first: bool) -> int:
     t0 = time.monotonic()
     os.environ.update(MULTICAST_OFF)
     logdir = out or work / "out"
@@ -410,14 +438,23 @@ def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path 
             if still := [m for m in NEEDED if not info["modules"][m]]:
                 raise PatchsetError(wheels or "--wheels", f"still missing after installing the wheels: {', '.join(still)}")
     use_xdist = bool(info["modules"].get("xdist")) and workers > 1
+    pytest_cmd = [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    ups = upstream_suites(base, upstream, work / "upstream", pytest_cmd, log)
+    twins = [(s, stock_twin(s, upstream, work / "stock")) for s in ups
+             if stock_first and upstream is not None and s.cmd and not s.skip and s.gpus <= info["gpus"]]
+    stock: dict[str, Result] = {}
     if info["cuda"]:
         from tools.distinfo import find_site_packages
-        from tools.install import install
+        from tools.install import install, uninstall
 
+        if twins and not dry_run:
+            uninstall(find_site_packages())
+            stock = dict(zip((s.name for s, _ in twins), _run_all([t for _, t in twins], "stock", env, logdir, workers,
+                                                                   use_xdist, timeout, budget, t0, log)))
+        elif twins:
+            log(f"would uninstall the series, then run {len(twins)} upstream class(es) unchanged on stock torch")
         install(find_site_packages(), PATCHES_DIR, PATCHSET_TOML, replace=True, dry_run=dry_run)
-    pytest_cmd = [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
     # the GPU-only suites first, so that a slow CPU suite cannot eat their time
-    ups = upstream_suites(base, upstream, work / "upstream", pytest_cmd, log)
     suites = sorted(ups, key=lambda s: -s.gpus) + inductor_suites(base, pytest_cmd, all_tests)
     if upstream is None:
         log("no --upstream-tests DIR: upstream's test files are not in this repo, so their suites are left out")
@@ -440,25 +477,36 @@ def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path 
         else:
             plan.append(s)
 
-    # Every suite starts at once (they share the GPUs; a multi-process suite needs little CPU): one suite's
-    # length, not their sum, bounds the run. The xdist suites split the workers between them.
+    for s, r in zip(plan, _run_all(plan, "", env, logdir, workers, use_xdist, timeout, budget, t0, log)):
+        for row in split_rows(r) if s.parts else [r]:
+            if s.name in stock:
+                against_stock(row, stock[s.name])
+                results.append(stock[s.name])
+            results.append(row)
+    return _finish(results, header, out, 1 if any(r.status == "FAILED" and not r.suite.name.endswith(" [stock]")
+                                                  for r in results) else 0)
+
+
+def _run_all(plan: list[Suite], tag: str, env: dict[str, str], logdir: Path, workers: int, use_xdist: bool,
+             timeout: int, budget: int, t0: float, log) -> list[Result]:
+    """Run ``plan``'s suites, every one at once (they share the GPUs; a multi-process suite needs little CPU):
+    one suite's length, not their sum, bounds the run. The xdist suites split the workers between them."""
     per_suite = max(1, workers // max(1, sum(s.xdist for s in plan)))
 
-    def run(i: int, s: Suite) -> list[Result]:
+    def run(i: int, s: Suite) -> Result:
         left = budget - (time.monotonic() - t0)
         if left < 10:
             s.skip = f"the --budget of {budget}s was spent before it started"
-            return [Result(s, "FAILED")]
-        slug = f"{i:02d}-" + "".join(ch if ch.isalnum() else "_" for ch in s.name)[:80]
-        log(f"[{i}/{len(plan)}] start {s.name} (up to {min(timeout, left):.0f}s)")
+            return Result(s, "FAILED")
+        slug = f"{tag}{i:02d}-" + "".join(ch if ch.isalnum() else "_" for ch in s.name)[:80]
+        log(f"[{tag}{i}/{len(plan)}] start {s.name} (up to {min(timeout, left):.0f}s)")
         r = run_suite(s, env, logdir, min(timeout, left), per_suite if use_xdist else 1, slug)
-        log(f"[{i}/{len(plan)}] {s.name}: {r.status} {dict(r.counts)} in {r.seconds:.0f}s")
-        return split_rows(r) if s.parts else [r]
+        log(f"[{tag}{i}/{len(plan)}] {s.name}: {r.status} {dict(r.counts)} in {r.seconds:.0f}s")
+        return r
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan))) as pool:
         futures = [pool.submit(run, i, s) for i, s in enumerate(plan, 1)]
-        results += [r for f in futures for r in f.result()]
-    return _finish(results, header, out, 1 if any(r.status == "FAILED" for r in results) else 0)
+        return [f.result() for f in futures]
 
 
 def _finish(results: list[Result], header: str, out: Path | None, rc: int) -> int:
@@ -472,12 +520,14 @@ def _finish(results: list[Result], header: str, out: Path | None, rc: int) -> in
 def register(subparsers) -> None:
     p = add_subcommand(subparsers, "gpu-test", "run every GPU test (test/inductor, upstream test hunks, two-GPU) on a GPU machine",
                        __doc__, lambda a: gpu_test(a.wheels, a.upstream_tests, a.out, a.dry_run, a.workers, a.timeout, a.budget,
-                                                      all_tests=a.all_tests))
+                                                      all_tests=a.all_tests, stock_first=a.stock_first))
     p.add_argument("--wheels", type=Path, default=None, help="wheels of the modules the machine lacks (expecttest ...)")
     p.add_argument("--upstream-tests", type=Path, default=None,
                    help="upstream's test files at this torch's version, laid out as test/... (not in this repo)")
     p.add_argument("--out", type=Path, default=None, help="write the table, junit reports and logs here")
     p.add_argument("--dry-run", action="store_true", help="check and plan; install and run nothing")
+    p.add_argument("--stock-first", action="store_true",
+                   help="first run upstream's classes unchanged on stock torch (the series uninstalled), then compare")
     p.add_argument("--all-tests", action="store_true",
                    help="every test/inductor file and test, CPU tests included (default: the GPU tests only)")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="pytest-xdist workers per suite (default: %(default)s)")

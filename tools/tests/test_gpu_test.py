@@ -268,3 +268,46 @@ def test_inductor_suites_select_the_gpu_tests():
     assert "test/inductor/test_custom_pass_registry.py" not in gpu.cmd
     (every,) = gt.inductor_suites("2.13.0", pytest_cmd, all_tests=True)
     assert "-k" not in every.cmd and "test/inductor/test_custom_pass_registry.py" in every.cmd
+
+
+@pytest.mark.parametrize("regress", [False, True])
+def test_stock_first_runs_upstream_unchanged_on_stock_then_compares(monkeypatch, tmp_path, regress):
+    """``--stock-first``: the series is uninstalled, upstream's class runs from its file as it is (a ``[stock]``
+    row), then the series is installed and the class runs with the hunks. A test failing in both runs leaves the
+    patched row ``STOCK-FAILS`` (exit status 0); one that passes on stock and fails patched leaves it ``FAILED``."""
+    calls = _fake_machine(monkeypatch, tmp_path, gpus=1)
+    import tools.install
+
+    monkeypatch.setattr(tools.install, "uninstall", lambda site, **k: calls.append("uninstall"))
+    path = "test/x/test_up.py"
+    stock_src = textwrap.dedent("""
+        import unittest
+        class TestUp(unittest.TestCase):
+            def test_a(self):
+                pass
+            def test_newer_code(self):
+                self.fail("upstream's file tests code this torch lacks")
+    """)
+    (tmp_path / "up" / path).parent.mkdir(parents=True)
+    (tmp_path / "up" / path).write_text(stock_src)
+    patched = tmp_path / "s" / "some-patch"
+    (patched / path).parent.mkdir(parents=True)
+    (patched / "pytest.ini").write_text("[pytest]\n")
+    (patched / path).write_text(stock_src.replace("pass", "self.fail('ours')" if regress else "pass"))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{path}::TestUp"]
+    monkeypatch.setattr(gt, "upstream_suites", lambda *a: [gt.Suite("upstream x/test_up.py::TestUp", cmd=cmd, cwd=patched)])
+    monkeypatch.setattr(gt, "inductor_suites", lambda *a, **k: [])
+    out = tmp_path / "out"
+    out.mkdir()
+    rc = gt.gpu_test(None, tmp_path / "up", out, dry_run=False, workers=1, timeout=120, budget=300, stock_first=True)
+    table = (out / "gpu-test-summary.txt").read_text()
+    assert calls == ["uninstall", {"replace": True, "dry_run": False}]
+    row = next(line for line in table.splitlines() if line.startswith("upstream x/test_up.py::TestUp [stock] "))
+    assert row.split()[3:6] == ["FAILED", "1", "1"], row
+    row = next(line for line in table.splitlines() if line.startswith("upstream x/test_up.py::TestUp ") and "[stock]" not in line)
+    if regress:
+        assert rc == 1 and row.split()[2:5] == ["FAILED", "0", "2"], row
+        assert "1 of its 2 failing tests fail on stock too" in table
+    else:
+        assert rc == 0 and row.split()[2:5] == ["STOCK-FAILS", "1", "1"], row
+        assert "1 of its 1 failing tests fail on stock too" in table
