@@ -310,4 +310,4 @@ def test_stock_first_runs_upstream_unchanged_on_stock_then_compares(monkeypatch,
         assert "1 of its 2 failing tests fail on stock too" in table
     else:
         assert rc == 0 and row.split()[2:5] == ["STOCK-FAILS", "1", "1"], row
-        assert "1 of its 1 failing tests fail on stock too" in table
+        assert "1 of its 1 failing tests fail on stock too" in table and "2 suites: 0 failed (and 1 [stock])" in table
