@@ -93,6 +93,7 @@ class Suite:
     gpus: int = 1
     xdist: bool = True
     parts: tuple[str, ...] = ()  # one pytest run over several files: one row per file (a stem of each)
+    stock: bool = False  # an upstream class on upstream's file as it is, on stock torch (--stock-first)
 
 
 @dataclasses.dataclass
@@ -248,7 +249,7 @@ def stock_twin(s: Suite, upstream: Path, scratch: Path) -> Suite:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(upstream / path, dest)
     (scratch / s.cwd.name / "pytest.ini").write_text("[pytest]\n")
-    return dataclasses.replace(s, name=f"{s.name} [stock]", cwd=scratch / s.cwd.name, note="")
+    return dataclasses.replace(s, name=f"{s.name} [stock]", cwd=scratch / s.cwd.name, note="", stock=True)
 
 
 def against_stock(res: Result, stock: Result) -> None:
@@ -383,7 +384,7 @@ def render(results: list[Result], header: str) -> str:
             extra.append(f"  {r.suite.name}: {n} skipped: {reason}")
         for f in r.failures:
             extra.append(f"  {r.suite.name}: FAILED {f}")
-    failed = [r for r in results if r.status == "FAILED" and not r.suite.name.endswith(" [stock]")]
+    failed = [r for r in results if r.status == "FAILED" and not r.suite.stock]
     on_stock = sum(r.status == "FAILED" for r in results) - len(failed)
     tot = collections.Counter()
     for r in results:
@@ -442,13 +443,13 @@ def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path 
     use_xdist = bool(info["modules"].get("xdist")) and workers > 1
     pytest_cmd = [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
     ups = upstream_suites(base, upstream, work / "upstream", pytest_cmd, log)
-    twins = [(s, stock_twin(s, upstream, work / "stock")) for s in ups
-             if stock_first and upstream is not None and s.cmd and not s.skip and s.gpus <= info["gpus"]]
     stock: dict[str, Result] = {}
     if info["cuda"]:
         from tools.distinfo import find_site_packages
         from tools.install import install, uninstall
 
+        twins = [(s, stock_twin(s, upstream, work / "stock")) for s in ups
+                 if stock_first and upstream is not None and s.cmd and not s.skip and s.gpus <= info["gpus"]]
         if twins and not dry_run:
             uninstall(find_site_packages())
             stock = dict(zip((s.name for s, _ in twins), _run_all([t for _, t in twins], "stock", env, logdir, workers,
@@ -485,8 +486,7 @@ def _gpu_test(work: Path, wheels: Path | None, upstream: Path | None, out: Path 
                 against_stock(row, stock[s.name])
                 results.append(stock[s.name])
             results.append(row)
-    return _finish(results, header, out, 1 if any(r.status == "FAILED" and not r.suite.name.endswith(" [stock]")
-                                                  for r in results) else 0)
+    return _finish(results, header, out, 1 if any(r.status == "FAILED" and not r.suite.stock for r in results) else 0)
 
 
 def _run_all(plan: list[Suite], tag: str, env: dict[str, str], logdir: Path, workers: int, use_xdist: bool,
