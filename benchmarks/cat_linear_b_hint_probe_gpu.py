@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from cat_linear_fused_gpu import fresh_code, run_and_keep_code  # noqa: E402
-from device_time import kernel_time_us, spread  # noqa: E402
+from cat_linear_stages_probe_gpu import site_tensors  # noqa: E402
+from device_time import interleaved_us  # noqa: E402
 
 
 SHAPES = [  # (M, piece widths, N)
@@ -145,20 +145,12 @@ def main():
     rows = []
     for m, widths, n in shapes:
         torch._dynamo.reset()
-        g = torch.Generator(device="cuda").manual_seed(0)
-        parts = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g) for k in widths]
-        w = torch.randn(n, sum(widths), device="cuda", dtype=torch.bfloat16, generator=g) * sum(widths) ** -0.5
-        b = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g)
+        parts, w, b = site_tensors(m, widths, n)
         steps, infos = {}, {}
         for name in VARIANTS:
             steps[name], infos[name] = compile_site(f"v{len(rows)}_{name}", parts, w, b, name, a.relu)
-        times = {name: [] for name in VARIANTS}
-        for _ in range(a.reps):
-            for name in VARIANTS:
-                times[name].append(kernel_time_us(steps[name]))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"m": m, "widths": widths, "n": n, "median_us": med,
-                     "spread": {k: spread(v) for k, v in times.items()}, "info": infos})
+        med, spreads = interleaved_us(steps, a.reps)
+        rows.append({"m": m, "widths": widths, "n": n, "median_us": med, "spread": spreads, "info": infos})
         cells = "  ".join(
             f"{k}={v:.1f}" + ("" if k == "stock" else f"({v / med['stock']:.2f}s,{v / med['ours']:.3f}o"
                                f"{'' if infos[k]['template'] else ',NOTEM'})")

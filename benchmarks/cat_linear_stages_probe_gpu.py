@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from cat_linear_fused_gpu import fresh_code, run_and_keep_code  # noqa: E402
-from device_time import kernel_time_us, spread  # noqa: E402
+from device_time import interleaved_us  # noqa: E402
 
 
 SHAPES = [  # (M, piece widths, N)
@@ -52,6 +51,15 @@ SHAPES = [  # (M, piece widths, N)
 # table's first entry when the probe was written)
 WIDE = [(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 8, 2), (64, 128, 64, 4, 3)]
 NARROW = [(128, 64, 64, 4, 4), (128, 64, 64, 4, 3), (128, 64, 64, 4, 2), (64, 64, 64, 4, 3)]
+
+
+def site_tensors(m, widths, n, device="cuda"):
+    """A site's pieces, weight and bias (bf16, seeded), the weight scaled to keep outputs near 1."""
+    g = torch.Generator(device=device).manual_seed(0)
+    parts = [torch.randn(m, k, device=device, dtype=torch.bfloat16, generator=g) for k in widths]
+    w = torch.randn(n, sum(widths), device=device, dtype=torch.bfloat16, generator=g) * sum(widths) ** -0.5
+    b = torch.randn(n, device=device, dtype=torch.bfloat16, generator=g)
+    return parts, w, b
 
 
 def site_fn(parts, w, b):
@@ -116,21 +124,13 @@ def main():
         cfgs = NARROW if n <= 64 else WIDE
         variants = {"stock": None, **{"x".join(map(str, c)): c for c in cfgs}}
         torch._dynamo.reset()
-        g = torch.Generator(device="cuda").manual_seed(0)
-        parts = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g) for k in widths]
-        w = torch.randn(n, sum(widths), device="cuda", dtype=torch.bfloat16, generator=g) * sum(widths) ** -0.5
-        b = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g)
+        parts, w, b = site_tensors(m, widths, n)
         steps, infos = {}, {}
         for name, cfg in variants.items():
             steps[name], infos[name] = compile_site(f"v{len(rows)}_{name}", parts, w, b, cfg)
-        times = {name: [] for name in variants}
-        for _ in range(a.reps):
-            for name in variants:
-                times[name].append(kernel_time_us(steps[name]))
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med, spreads = interleaved_us(steps, a.reps)
         first = "x".join(map(str, cfgs[0]))
-        row = {"m": m, "widths": widths, "n": n, "median_us": med, "spread": {k: spread(v) for k, v in times.items()},
-               "info": infos}
+        row = {"m": m, "widths": widths, "n": n, "median_us": med, "spread": spreads, "info": infos}
         rows.append(row)
         cells = "  ".join(
             f"{k}={v:.1f}" + ("" if k == "stock" else f"({v / med['stock']:.2f}s,{v / med[first]:.2f}d"

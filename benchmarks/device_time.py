@@ -67,3 +67,20 @@ def spread(values: list[float]) -> float:
     """(max - min) / median: how far repetitions of one measurement wander."""
     med = statistics.median(values)
     return (max(values) - min(values)) / med if med else float("nan")
+
+
+def interleaved_us(
+    steps: dict[str, Callable[[], Any]],
+    reps: int,
+    time_us: Callable[[Callable[[], Any]], float] = kernel_time_us,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``reps`` rounds, each timing every step once in turn (so that drift hits
+    every variant alike): per step the median (µs) and the ``spread``."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(reps):
+        for name, step in steps.items():
+            times[name].append(time_us(step))
+    return (
+        {k: statistics.median(v) for k, v in times.items()},
+        {k: spread(v) for k, v in times.items()},
+    )
